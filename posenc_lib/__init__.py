@@ -1,0 +1,30 @@
+"""posenc_lib: every positional encoding of the course behind one interface.
+
+>>> import posenc_lib as pl
+>>> pe = pl.make_encoding("sinusoidal", d_model=64, n_heads=4, max_len=128)
+>>> model = pl.TinyTransformer(vocab_size=10, d_model=64, n_heads=4, pe=pe)
+
+Shape legend: b batch, h heads, n length, i/j query/key positions, d head dim, D model dim.
+"""
+
+from .attention import MultiHeadAttention, as_positions, attention
+from .base import FOUR_TERMS, PositionalEncoding
+from .data import CharCorpus, MarkovSource, copy_offset_batch, stdlib_corpus
+from .encodings import *  # noqa: F401,F403  (every encoding module registers itself)
+from .encodings import __all__ as _encodings_all
+from .model import TinyTransformer
+from .plotting import COLORS, heatmap, set_plot_style
+from .registry import REGISTRY, make_encoding, register
+from .taxonomy import four_term_table
+from .train import evaluate, train
+from .utils import check_positive_int, check_shape, get_device, seed_everything, setup
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MultiHeadAttention", "attention", "as_positions", "PositionalEncoding", "FOUR_TERMS",
+    "CharCorpus", "MarkovSource", "copy_offset_batch", "stdlib_corpus", "TinyTransformer",
+    "COLORS", "heatmap", "set_plot_style", "REGISTRY", "make_encoding", "register",
+    "four_term_table", "evaluate", "train", "check_positive_int", "check_shape", "get_device",
+    "seed_everything", "setup", *_encodings_all,
+]

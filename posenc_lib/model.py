@@ -1,0 +1,74 @@
+"""``TinyTransformer``: a small pre-LayerNorm transformer whose every block uses one encoding.
+
+tokens ``(b, n)`` -> embedding ``(b, n, D)`` -> ``pe.encode_input`` -> N blocks (attention with
+``pe``'s hooks, then an MLP) -> LayerNorm -> LM head -> logits ``(b, n, V)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .attention import MultiHeadAttention, as_positions
+from .base import PositionalEncoding
+from .utils import check_positive_int
+
+__all__ = ["TinyTransformer", "Block"]
+
+
+class Block(nn.Module):
+    """x + Attn(LN(x)), then x + MLP(LN(x))."""
+
+    def __init__(self, d_model: int, n_heads: int, pe: PositionalEncoding, d_ff: int):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = MultiHeadAttention(d_model, n_heads, pe)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model))
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, causal: bool, mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), pos, causal=causal, mask=mask)
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyTransformer(nn.Module):
+    """A language model small enough to train on a laptop CPU in seconds.
+
+    The same ``pe`` module is shared by the input and by every block, so an encoding with
+    parameters (T5's bucket table, a learned table) has one copy of them, as in T5.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
+                 pe: PositionalEncoding | None = None, d_ff: int | None = None):
+        super().__init__()
+        self.vocab_size = check_positive_int(vocab_size, "vocab_size")
+        check_positive_int(n_layers, "n_layers")
+        check_positive_int(d_model, "d_model")
+        check_positive_int(n_heads, "n_heads")
+        self.pe = pe if pe is not None else PositionalEncoding()
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, n_heads, self.pe, d_ff or 4 * d_model) for _ in range(n_layers))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+
+    def hidden(self, tokens: torch.Tensor, pos: torch.Tensor | None = None, causal: bool = True,
+               mask: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens ``(b, n)`` -> final hidden states ``(b, n, D)`` (before the LM head)."""
+        if tokens.dim() != 2 or tokens.is_floating_point():
+            raise ValueError(f"tokens must be an integer tensor of shape (b, n), got {tuple(tokens.shape)} {tokens.dtype}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
+            raise ValueError(f"tokens must lie in [0, {self.vocab_size}), got values in [{int(tokens.min())}, {int(tokens.max())}]")
+        b, n = tokens.shape
+        pos = as_positions(pos, b, n, "pos", device=tokens.device)
+        x = self.pe.encode_input(self.embed(tokens), pos)                   # (b, n, D)
+        for block in self.blocks:
+            x = block(x, pos, causal, mask)
+        return self.ln_f(x)
+
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor | None = None, causal: bool = True,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens ``(b, n)``, pos ``(n,)``/``(b, n)`` -> logits ``(b, n, V)``. Causal by default (an LM)."""
+        return self.head(self.hidden(tokens, pos, causal, mask))
+
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())

@@ -1,0 +1,65 @@
+"""A short training loop (CUDA when available) and an evaluation helper."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from .utils import check_positive_int, get_device
+
+__all__ = ["train", "evaluate", "Batch"]
+
+# A batch: tokens (b, n), targets (b, n) with -100 where ignored, positions (n,) or (b, n) or None.
+Batch = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None"]
+
+
+def _loss(model: torch.nn.Module, batch: Batch, device: torch.device, causal: bool) -> torch.Tensor:
+    tokens, targets, pos = batch
+    pos = None if pos is None else pos.to(device)
+    logits = model(tokens.to(device), pos, causal=causal)                      # (b, n, V)
+    return F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten(), ignore_index=-100)
+
+
+def train(model: torch.nn.Module, batches: Callable[[int], Batch], steps: int, lr: float = 3e-3,
+          weight_decay: float = 0.01, causal: bool = True, device: torch.device | None = None,
+          progress: bool = True, desc: str = "training") -> list[float]:
+    """Train ``model`` with AdamW on ``batches(step)`` for ``steps`` steps; return the loss per step.
+
+    The learning rate warms up linearly for 5 % of the steps, then decays with a cosine.
+    """
+    check_positive_int(steps, "steps")
+    device = device or get_device()
+    model.to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    warmup = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + torch.cos(torch.tensor(torch.pi * s / steps)).item()))
+    losses = []
+    bar = tqdm(range(steps), desc=desc, disable=not progress, mininterval=1.0, leave=False)
+    for step in bar:
+        loss = _loss(model, batches(step), device, causal)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if step % 25 == 0:
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    model.eval()
+    return losses
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, batches: Iterator[Batch] | list[Batch], causal: bool = True,
+             device: torch.device | None = None) -> float:
+    """Mean cross-entropy (nats per predicted token) of ``model`` over ``batches``."""
+    device = device or get_device()
+    model.to(device).eval()
+    losses = [_loss(model, batch, device, causal).item() for batch in batches]
+    if not losses:
+        raise ValueError("batches is empty")
+    return sum(losses) / len(losses)

@@ -1,0 +1,99 @@
+"""Small utilities shared by the library, the tests and the notebooks.
+
+Shape legend used throughout ``posenc_lib`` (as in x-transformers, defined once):
+
+    b  batch            h  heads             n  sequence length
+    i  query positions  j  key positions     d  head dimension
+    D  model dimension  V  vocabulary size
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import torch
+
+__all__ = ["seed_everything", "get_device", "check_shape", "check_positive_int", "setup"]
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed Python, NumPy and PyTorch (CPU and CUDA); return a seeded ``torch.Generator``.
+
+    The returned generator lives on the CPU; pass it to data sources so that a notebook's
+    data does not depend on how many random numbers a model initialisation consumed.
+    """
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def get_device(prefer: str | None = None) -> torch.device:
+    """The device to compute on: ``prefer`` if given, else CUDA when present, else CPU.
+
+    ``POSENC_DEVICE=cpu`` in the environment forces a device (useful on a shared GPU).
+    """
+    choice = prefer or os.environ.get("POSENC_DEVICE")
+    if choice is not None:
+        device = torch.device(choice)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device {choice!r} was asked for but CUDA is not available")
+        return device
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def setup(seed: int = 0, threads: int | None = 1) -> torch.device:
+    """One call at the top of every chapter: seed everything, fix CPU threads, set the plot style.
+
+    One CPU thread is the default because on small 2-core machines two threads made the same
+    training loop up to five times slower and far less repeatable (see ``EXPERIMENTS.md``).
+    Returns the device to use (CUDA when present).
+    """
+    seed_everything(seed)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    from .plotting import set_plot_style
+
+    set_plot_style()
+    return get_device()
+
+
+def check_positive_int(value: object, name: str) -> int:
+    """Return ``value`` if it is an int > 0, else raise a ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    return int(value)
+
+
+def check_shape(x: torch.Tensor, pattern: str, name: str = "tensor", **known: int) -> dict[str, int]:
+    """Check ``x`` against a space-separated shape pattern and return the named sizes.
+
+    >>> check_shape(torch.zeros(2, 5, 8), "b n D", name="x", D=8)
+    {'b': 2, 'n': 5, 'D': 8}
+
+    Repeated letters must agree, letters given in ``known`` must match, and a mismatch
+    raises ``ValueError`` that names the tensor, the pattern and the offending axis.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    axes = pattern.split()
+    if x.dim() != len(axes):
+        raise ValueError(f"{name} must have shape ({', '.join(axes)}) ({len(axes)} dims), got {tuple(x.shape)}")
+    sizes: dict[str, int] = dict(known)
+    for axis, size in zip(axes, x.shape):
+        if axis.isdigit():
+            expected = int(axis)
+        elif axis in sizes:
+            expected = sizes[axis]
+        else:
+            sizes[axis] = int(size)
+            continue
+        if size != expected:
+            raise ValueError(f"{name} has shape {tuple(x.shape)}, but axis '{axis}' of ({', '.join(axes)}) must be {expected}")
+    return {a: sizes[a] for a in axes if not a.isdigit()}

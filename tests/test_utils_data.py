@@ -1,0 +1,79 @@
+"""Utilities and data sources."""
+
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import posenc_lib as pl
+
+
+def test_check_shape_returns_sizes_and_names_the_axis():
+    assert pl.check_shape(torch.zeros(2, 5, 8), "b n D", name="x", D=8) == {"b": 2, "n": 5, "D": 8}
+    with pytest.raises(ValueError, match="axis 'D'"):
+        pl.check_shape(torch.zeros(2, 5, 8), "b n D", name="x", D=6)
+    with pytest.raises(ValueError, match="x must have shape"):
+        pl.check_shape(torch.zeros(2, 5), "b n D", name="x")
+    with pytest.raises(ValueError, match="axis 'n'"):
+        pl.check_shape(torch.zeros(3, 4), "n n")
+
+
+def test_seed_everything_is_repeatable():
+    g1 = pl.seed_everything(3)
+    a = torch.randn(4), torch.randn(2, generator=g1)
+    g2 = pl.seed_everything(3)
+    b = torch.randn(4), torch.randn(2, generator=g2)
+    assert_close(a, b)
+    with pytest.raises(TypeError, match="seed must be an int"):
+        pl.seed_everything(1.5)
+
+
+def test_markov_source_reaches_its_loss_floor_empirically():
+    src = pl.MarkovSource(n_states=4, order=2, seed=0)
+    seqs = src.sample(400, 200, torch.Generator().manual_seed(0))
+    flat = src.transition.reshape(-1, 4)
+    ctx = seqs[:, :-2] * 4 + seqs[:, 1:-1]
+    nll = -flat[ctx, seqs[:, 2:]].log().mean().item()
+    assert abs(nll - src.loss_floor) < 0.02
+    assert 0 < src.loss_floor < math.log(4)
+
+
+def test_markov_source_is_deterministic():
+    a = pl.MarkovSource(seed=1).sample(2, 20, torch.Generator().manual_seed(5))
+    b = pl.MarkovSource(seed=1).sample(2, 20, torch.Generator().manual_seed(5))
+    assert torch.equal(a, b)
+
+
+def test_stdlib_corpus_round_trips():
+    corpus = pl.stdlib_corpus(20_000)
+    assert len(corpus.data) == 20_000 and corpus.vocab_size <= 96
+    text = corpus.decode(corpus.data[:200])
+    assert torch.equal(corpus.encode(text), corpus.data[:200])
+    batch = corpus.batch(3, 16, torch.Generator().manual_seed(0))
+    assert batch.shape == (3, 17)
+    with pytest.raises(ValueError, match="outside the corpus vocabulary"):
+        corpus.encode("\u00e9")
+
+
+def test_copy_offset_batch_targets_are_the_tokens_k_back():
+    tokens, targets, pos = pl.copy_offset_batch(2, 10, 3, 7, torch.Generator().manual_seed(0), start=20)
+    assert torch.equal(targets[:, 3:], tokens[:, :-3]) and (targets[:, :3] == -100).all()
+    assert torch.equal(pos, torch.arange(20, 30))
+    with pytest.raises(ValueError, match="k \\(10\\) must be smaller than length"):
+        pl.copy_offset_batch(2, 10, 10, 7, torch.Generator())
+
+
+def test_training_reduces_the_loss():
+    pl.seed_everything(0)
+    src = pl.MarkovSource(n_states=4, order=1, seed=0)
+    g = torch.Generator().manual_seed(0)
+
+    def batches(step):
+        seq = src.sample(16, 17, g)
+        return seq[:, :-1], seq[:, 1:], None
+
+    model = pl.TinyTransformer(4, d_model=16, n_heads=2, n_layers=1)
+    losses = pl.train(model, batches, steps=60, lr=1e-2, device=torch.device("cpu"), progress=False)
+    assert sum(losses[-10:]) / 10 < losses[0] - 0.2
+    assert pl.evaluate(model, [batches(0)], device=torch.device("cpu")) < losses[0]
