@@ -13,7 +13,7 @@ from .data import CharCorpus, MarkovSource, copy_offset_batch, stdlib_corpus
 from .encodings import *  # noqa: F401,F403  (every encoding module registers itself)
 from .encodings import __all__ as _encodings_all
 from .model import TinyTransformer
-from .plotting import COLORS, heatmap, set_plot_style
+from .plotting import COLORS, color_for, heatmap, set_plot_style
 from .registry import REGISTRY, make_encoding, register
 from .taxonomy import four_term_table
 from .train import evaluate, train
@@ -24,7 +24,7 @@ __version__ = "0.1.0"
 __all__ = [
     "MultiHeadAttention", "attention", "as_positions", "PositionalEncoding", "FOUR_TERMS",
     "CharCorpus", "MarkovSource", "copy_offset_batch", "stdlib_corpus", "TinyTransformer",
-    "COLORS", "heatmap", "set_plot_style", "REGISTRY", "make_encoding", "register",
+    "COLORS", "color_for", "heatmap", "set_plot_style", "REGISTRY", "make_encoding", "register",
     "four_term_table", "evaluate", "train", "check_positive_int", "check_shape", "get_device",
     "seed_everything", "setup", *_encodings_all,
 ]

@@ -96,6 +96,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pe: PositionalE
     scores = pe.transform_scores(scores, q_pos, k_pos)
     weights = pe.attention_weights(scores, allowed)                          # (b, h, i, j)
     out = torch.einsum("bhij,bhje->bhie", weights, v)                        # (b, h, i, e)
+    extra = pe.value_bias(weights, q_pos, k_pos)                             # None or (b, h, i, e)
+    if extra is not None:
+        out = out + extra
     return (out, weights) if return_weights else out
 
 

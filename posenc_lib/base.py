@@ -10,7 +10,7 @@ The attention function (``posenc_lib.attention``) calls the hooks in this fixed 
     scores = scores + score_bias(q, k, q_pos, k_pos)     # e.g. ALiBi, T5, Shaw
     scores = transform_scores(scores, q_pos, k_pos)      # e.g. multiplicative (DA-Transformer)
     weights = attention_weights(scores, mask)     # softmax unless replaced (stick-breaking)
-    out = weights @ v
+    out = weights @ v + value_bias(weights, q_pos, k_pos)   # e.g. Shaw's value term
 
 Positions handed to the hooks are always int64 tensors shaped ``(b, i)`` and ``(b, j)``.
 """
@@ -71,12 +71,16 @@ class PositionalEncoding(nn.Module):
             scores = scores.masked_fill(~mask, float("-inf"))
         return scores.softmax(dim=-1)
 
+    def value_bias(self, weights: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
+        """``(b, h, i, j) -> None`` or ``(b|1, h|1, i, e)``, added to ``weights @ v`` (Shaw's ``sum_j a_ij a^V_ij``)."""
+        return None
+
     @property
     def needs_score_path(self) -> bool:
         """True when a hook after ``score_bias`` is overridden, so the fused SDPA kernel cannot be used."""
         cls = type(self)
-        return (cls.transform_scores is not PositionalEncoding.transform_scores
-                or cls.attention_weights is not PositionalEncoding.attention_weights)
+        return any(getattr(cls, hook) is not getattr(PositionalEncoding, hook)
+                   for hook in ("transform_scores", "attention_weights", "value_bias"))
 
     def extra_repr(self) -> str:
         return ""

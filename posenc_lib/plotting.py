@@ -6,7 +6,7 @@ import matplotlib as mpl
 import matplotlib.pyplot as plt
 import torch
 
-__all__ = ["set_plot_style", "heatmap", "COLORS"]
+__all__ = ["set_plot_style", "heatmap", "COLORS", "color_for"]
 
 # One colour per encoding, so a method looks the same in every chapter's figures.
 COLORS: dict[str, str] = {
@@ -18,9 +18,24 @@ COLORS: dict[str, str] = {
     "transformer_xl": "#17becf",
     "tener": "#bcbd22",
     "t5": "#9467bd",
+    "huang": "#aec7e8",
+    "da_transformer": "#98df8a",
     "rope": "#d62728",
+    "xpos": "#ff9896",
     "alibi": "#e377c2",
 }
+
+
+def color_for(name: str) -> str:
+    """The colour of an encoding: its own from ``COLORS`` (also for variants like ``rope_ntk``),
+    else a stable pick from matplotlib's tab20 palette."""
+    if name in COLORS:
+        return COLORS[name]
+    for key, value in COLORS.items():
+        if name.startswith(key + "_"):
+            return value
+    palette = plt.get_cmap("tab20").colors
+    return mpl.colors.to_hex(palette[sum(map(ord, name)) % len(palette)])
 
 
 def set_plot_style() -> None:

@@ -16,7 +16,7 @@ def four_term_table() -> list[dict[str, str]]:
     for name, factory in REGISTRY.items():
         pe = factory(d_model=8, n_heads=2, max_len=16)
         cls = type(pe)
-        hooks = [h for h in ("encode_input", "transform_qk", "score_bias", "transform_scores", "attention_weights")
+        hooks = [h for h in ("encode_input", "transform_qk", "score_bias", "transform_scores", "attention_weights", "value_bias")
                  if getattr(cls, h) is not getattr(PositionalEncoding, h)]
         rows.append({"encoding": name, "hooks": ", ".join(hooks) or "(none)",
                      **{term: cls.four_terms[term] for term in FOUR_TERMS}})

@@ -135,3 +135,59 @@ def test_model_rejects_tokens_outside_the_vocabulary():
         model(torch.tensor([[1, 5]]))
     with pytest.raises(ValueError, match="integer tensor"):
         model(torch.randn(1, 3))
+
+
+# ---- the hook order --------------------------------------------------------------------
+
+class Recorder(pl.PositionalEncoding):
+    """Overrides every hook; records the order they are called in and checks what each receives."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def transform_qk(self, q, k, q_pos, k_pos):
+        self.calls.append("transform_qk")
+        return 2 * q, k
+
+    def score_bias(self, q, k, q_pos, k_pos):
+        self.calls.append("score_bias")
+        return (k_pos[:, None, None, :] - q_pos[:, None, :, None]).to(q.dtype)     # (b, 1, i, j)
+
+    def transform_scores(self, scores, q_pos, k_pos):
+        self.calls.append("transform_scores")
+        return scores * 0.5
+
+    def attention_weights(self, scores, mask):
+        self.calls.append("attention_weights")
+        return super().attention_weights(scores, mask)
+
+    def value_bias(self, weights, q_pos, k_pos):
+        self.calls.append("value_bias")
+        return weights.sum(-1, keepdim=True)                                     # (b, h, i, 1) == 1
+
+
+def test_hooks_are_called_in_the_fixed_order_and_compose_as_documented():
+    q, k, v = qkv(i=4, j=4)
+    pe = Recorder()
+    assert pe.needs_score_path
+    out = pl.attention(q, k, v, pe, causal=True)
+    assert pe.calls == ["transform_qk", "score_bias", "transform_scores", "attention_weights", "value_bias"]
+    rel = (torch.arange(4)[None, :] - torch.arange(4)[:, None]).double()
+    scores = (0.5 * ((2 * q) @ k.transpose(-1, -2) / math.sqrt(8) + rel)).masked_fill(
+        torch.ones(4, 4, dtype=torch.bool).triu(1), float("-inf"))
+    assert_close(out, scores.softmax(-1) @ v + 1.0)
+    with pytest.raises(ValueError, match="path='fast' cannot be used"):
+        pl.attention(q, k, v, pe, path="fast")
+
+
+def test_score_bias_only_encodings_take_the_fast_path_with_the_same_result():
+    class Bias(pl.PositionalEncoding):
+        def score_bias(self, q, k, q_pos, k_pos):
+            return -0.3 * (q_pos[:, None, :, None] - k_pos[:, None, None, :]).abs().to(q.dtype)
+
+    assert not Bias().needs_score_path
+    q, k, v = qkv(i=3, j=6)
+    for causal in (False, True):
+        assert_close(pl.attention(q, k, v, Bias(), causal=causal, path="fast"),
+                     pl.attention(q, k, v, Bias(), causal=causal, path="slow"))

@@ -2,6 +2,7 @@
 
     python tools/colab_cell.py          # print the canonical cell
     python tools/colab_cell.py --fix    # rewrite the first cell of every notebook in _toc.yml
+    python tools/colab_cell.py --list   # the notebooks of _toc.yml, in order (used by tools/test.sh)
 
 The URL and branch live in ``_config.yml`` (``repository.url``, ``repository.branch``), which
 also drives the website's launch buttons; ``tests/test_notebooks.py`` checks every notebook.
@@ -62,7 +63,9 @@ def fix(path: pathlib.Path) -> bool:
 
 
 if __name__ == "__main__":
-    if "--fix" in sys.argv:
+    if "--list" in sys.argv:
+        print("\n".join(p.relative_to(ROOT).as_posix() for p in toc_notebooks()))
+    elif "--fix" in sys.argv:
         for nb_path in toc_notebooks():
             if fix(nb_path):
                 print("fixed", nb_path.relative_to(ROOT))

@@ -1,0 +1,27 @@
+# Two commands (see README):  make site   builds the website;  make test   runs every test.
+# Both create the virtual environment .venv from the pinned requirements on first use.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: site test env clean
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0   # first, so nothing pulls a CUDA build of torch
+	$(PY) -m pip install -q -r requirements.txt
+	@touch $(STAMP)
+
+env: $(STAMP)
+
+site: $(STAMP)
+	$(PY) tools/build_site.py
+
+test: $(STAMP)
+	PY=$(PY) bash tools/test.sh
+
+clean:
+	rm -rf _build
