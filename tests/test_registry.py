@@ -91,3 +91,17 @@ def test_four_term_table_has_a_row_per_encoding():
     rows = pl.four_term_table()
     assert [r["encoding"] for r in rows] == list(pl.REGISTRY)
     assert next(r for r in rows if r["encoding"] == "sinusoidal")["hooks"] == "encode_input"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_tables_are_buffers_so_to_device_moves_them(name):
+    """A plain tensor attribute would be left behind by .to(device) and missing from state_dict."""
+    pe = build(name)
+    for module in pe.modules():
+        plain = [k for k, v in vars(module).items() if isinstance(v, torch.Tensor)]
+        assert not plain, f"{name}: tensors {plain} should be registered buffers or parameters"
+    device = pl.get_device()
+    model = pl.TinyTransformer(13, D_MODEL, N_HEADS, 2, pe=pe).to(device)
+    assert all(t.device.type == device.type for t in [*model.parameters(), *model.buffers()])
+    out = model(torch.randint(13, (2, 9), device=device), pos=torch.arange(9, device=device) + 2)
+    assert out.device.type == device.type
