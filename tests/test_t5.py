@@ -1,0 +1,116 @@
+"""T5 relative bias: bucket properties, parity with Hugging Face (committed golden vectors), the encoding."""
+
+import json
+import math
+import pathlib
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import posenc_lib as pl
+
+GOLDEN = json.loads((pathlib.Path(__file__).parent / "golden" / "t5_buckets_hf.json").read_text())
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_buckets_are_monotone_in_distance_on_each_side(bidirectional):
+    past = pl.t5_relative_bucket(-torch.arange(0, 1000), bidirectional)       # offsets 0, -1, -2, ...
+    assert (past.diff() >= 0).all()
+    if bidirectional:
+        future = pl.t5_relative_bucket(torch.arange(1, 1000), bidirectional)
+        assert (future.diff() >= 0).all() and past.max() == 15
+        assert future.min() == 17       # bucket 16 ("future, distance 0") is never used: offset 0 sits in the lower half
+
+
+@pytest.mark.parametrize("bidirectional, exact", [(True, 8), (False, 16)])
+def test_small_offsets_are_exact_then_buckets_widen_logarithmically(bidirectional, exact):
+    n = torch.arange(0, 200)
+    buckets = pl.t5_relative_bucket(-n, bidirectional)
+    assert_close(buckets[:exact], n[:exact])                                     # one bucket per distance
+    assert buckets[exact] == exact and buckets[exact + 1] == exact               # then shared buckets
+    half = 16 if bidirectional else 32
+    # the first distance of each log bucket b is about max_exact * (max_distance/max_exact)^((b-max_exact)/(half-max_exact))
+    for b in range(exact + 1, half):
+        first = int(n[buckets == b][0])
+        predicted = exact * (128 / exact) ** ((b - exact) / (half - exact))
+        assert math.ceil(predicted - 1e-4) == first
+    widths = torch.bincount(buckets)[exact:half - 1]                            # widths of the log buckets
+    assert widths[-1] > 4 * widths[0]                                            # (rounding makes them only roughly monotone)
+
+
+@pytest.mark.parametrize("bidirectional, last_start", [(True, 91), (False, 113)])
+def test_saturates_at_max_distance_and_a_little_before(bidirectional, last_start):
+    half = 16 if bidirectional else 32
+    far = pl.t5_relative_bucket(-torch.arange(128, 100_000, 97), bidirectional)
+    assert (far == half - 1).all()
+    assert pl.t5_relative_bucket(torch.tensor(-last_start), bidirectional) == half - 1
+    assert pl.t5_relative_bucket(torch.tensor(-(last_start - 1)), bidirectional) == half - 2
+
+
+def test_causal_mode_sends_the_future_to_bucket_zero_and_bidirectional_separates_it():
+    future = torch.arange(0, 50)
+    assert (pl.t5_relative_bucket(future, bidirectional=False) == 0).all()
+    both = pl.t5_relative_bucket(torch.tensor([-3, 3]), bidirectional=True)
+    assert both.tolist() == [3, 19]
+
+
+@pytest.mark.parametrize("case", GOLDEN["cases"], ids=lambda c: f"bi={c['bidirectional']}-nb={c['num_buckets']}-md={c['max_distance']}")
+def test_parity_with_hugging_face(case):
+    ours = pl.t5_relative_bucket(torch.tensor(GOLDEN["offsets"]), case["bidirectional"], case["num_buckets"],
+                                 case["max_distance"])
+    assert ours.tolist() == case["buckets"]
+
+
+def test_bias_matches_hugging_face_compute_bias_with_a_kv_cache():
+    g = GOLDEN["compute_bias"]
+    pe = pl.T5RelativeBias(n_heads=4).double()
+    with torch.no_grad():
+        pe.bias.copy_(torch.tensor(g["table"], dtype=torch.float64))
+    q_pos = torch.arange(g["past_seen_tokens"], g["past_seen_tokens"] + g["query_length"])[None]
+    k_pos = torch.arange(g["key_length"])[None]
+    q = torch.zeros(1, 4, g["query_length"], 4, dtype=torch.float64)
+    k = torch.zeros(1, 4, g["key_length"], 4, dtype=torch.float64)
+    assert_close(pe.score_bias(q, k, q_pos, k_pos)[0], torch.tensor(g["bias"], dtype=torch.float64))
+
+
+def test_bias_depends_only_on_the_offset_and_is_added_to_unscaled_scores():
+    pe = pl.make_encoding("t5", d_model=32, n_heads=4, max_len=64).double()
+    assert pe.scale == 1.0
+    q, k, v = (torch.randn(1, 4, 10, 8, dtype=torch.float64) for _ in range(3))
+    pos = torch.arange(10)[None]
+    bias = pe.score_bias(q, k, pos, pos)
+    assert_close(bias, pe.score_bias(q, k, pos + 37, pos + 37))                  # shift-invariant
+    _, w = pl.attention(q, k, v, pe, pos, pos, return_weights=True)
+    assert_close(w, (q @ k.transpose(-1, -2) + bias).softmax(-1))              # no 1/sqrt(d)
+
+
+def test_per_batch_positions_give_per_batch_biases():
+    pe = pl.T5RelativeBias(n_heads=2)
+    q = k = torch.zeros(2, 2, 3, 4)
+    pos = torch.tensor([[0, 1, 2], [0, 5, 40]])
+    bias = pe.score_bias(q, k, pos, pos)
+    assert bias.shape == (2, 2, 3, 3)
+    assert_close(bias[1, :, 0, 2], pe.bias[pl.t5_relative_bucket(torch.tensor(40))])
+
+
+def test_one_table_is_shared_by_every_layer():
+    pe = pl.make_encoding("t5", d_model=32, n_heads=4, max_len=64)
+    model = pl.TinyTransformer(11, 32, 4, n_layers=3, pe=pe)
+    names = [n for n, _ in model.named_parameters() if n.endswith("bias") and "pe" in n]
+    assert names == ["pe.bias"] and all(b.attn.pe is pe for b in model.blocks)
+
+
+def test_bad_arguments_are_clear_errors():
+    with pytest.raises(TypeError, match="integer offsets"):
+        pl.t5_relative_bucket(torch.tensor([1.5]))
+    with pytest.raises(ValueError, match="num_buckets must be >= 4"):
+        pl.t5_relative_bucket(torch.tensor([1]), num_buckets=3)
+    with pytest.raises(ValueError, match="max_distance must exceed"):
+        pl.t5_relative_bucket(torch.tensor([1]), num_buckets=32, max_distance=8)
+    with pytest.raises(ValueError, match="num_buckets must be > 0"):
+        pl.t5_relative_bucket(torch.tensor([1]), num_buckets=0)
+    with pytest.raises(TypeError, match="bidirectional must be a bool"):
+        pl.t5_relative_bucket(torch.tensor([1]), bidirectional="yes")
+    with pytest.raises(ValueError, match="built for n_heads=4"):
+        pl.T5RelativeBias(4).score_bias(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4), torch.arange(3)[None], torch.arange(3)[None])
