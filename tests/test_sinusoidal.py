@@ -76,3 +76,72 @@ def test_bad_sizes_are_clear_errors():
         pl.sinusoidal_table(4, 8, base=1.0)
     with pytest.raises(ValueError, match="built for d_model=8"):
         pl.Sinusoidal(8).encode_input(torch.randn(1, 3, 6), torch.arange(3)[None])
+
+
+# --- shift_matrix: T(k) with PE(p + k) = T(k) PE(p) ---------------------------------------------
+
+@pytest.mark.parametrize("k", [0, 1, 5, 17, -3])
+@pytest.mark.parametrize("d, base", [(16, 10000.0), (6, 100.0), (64, 10000.0)])
+def test_shift_matrix_moves_every_row_of_the_table_by_k(k, d, base):
+    n = 60
+    pe = pl.sinusoidal_encoding(torch.arange(n), d, base, dtype=torch.float64)   # (n, D)
+    t = pl.shift_matrix(k, d, base, dtype=torch.float64)
+    src = torch.arange(max(0, -k), min(n, n - k))
+    assert_close(pe[src + k], pe[src] @ t.T)                                     # row p+k = T(k) @ row p
+
+
+def test_shift_matrix_on_the_float32_table_as_the_issue_states_it():
+    table, t = pl.sinusoidal_table(50, 32), pl.shift_matrix(7, 32)
+    for p in (0, 3, 42):
+        assert_close(table[p + 7], t @ table[p], rtol=1e-5, atol=1e-5)
+
+
+def test_shift_matrix_is_a_group_of_rotations():
+    d = 12
+    t = lambda k: pl.shift_matrix(k, d, dtype=torch.float64)  # noqa: E731
+    assert_close(t(0), torch.eye(d, dtype=torch.float64))
+    assert_close(t(3) @ t(4), t(7))                                              # T(a) T(b) = T(a + b)
+    assert_close(t(5).T, t(-5))                                                  # T(k)^T = T(-k)
+    assert_close(t(5).T @ t(5), torch.eye(d, dtype=torch.float64))               # orthogonal
+    assert_close(torch.linalg.det(t(2.5)), torch.tensor(1.0, dtype=torch.float64))
+
+
+def test_shift_matrix_is_block_diagonal_and_works_for_real_offsets():
+    t = pl.shift_matrix(0.5, 8, dtype=torch.float64)
+    mask = torch.block_diag(*[torch.ones(2, 2)] * 4).bool()
+    assert (t[~mask] == 0).all()
+    x = torch.tensor([0.3, 2.0])
+    assert_close(pl.sinusoidal_encoding(x + 0.5, 8, dtype=torch.float64), pl.sinusoidal_encoding(x, 8, dtype=torch.float64) @ t.T)
+
+
+def test_shift_matrix_golden_values():
+    c, s = math.cos(1.0), math.sin(1.0)
+    assert_close(pl.shift_matrix(1, 2, dtype=torch.float64), torch.tensor([[c, s], [-s, c]], dtype=torch.float64))
+    t = pl.shift_matrix(3, 4, dtype=torch.float64)
+    c3, s3, c03, s03 = math.cos(3), math.sin(3), math.cos(0.03), math.sin(0.03)
+    expected = torch.tensor([[c3, s3, 0, 0], [-s3, c3, 0, 0], [0, 0, c03, s03], [0, 0, -s03, c03]], dtype=torch.float64)
+    assert_close(t, expected)
+
+
+@pytest.mark.parametrize("k, d, base", [(4, 8, 10000.0), (-2, 6, 100.0)])
+def test_shift_matrix_parity_with_least_squares_on_the_reference_table(k, d, base):
+    """Independent route: the unique linear map sending reference rows p to rows p + k, found by lstsq."""
+    ref = reference_table(40, d, base)
+    src = torch.arange(max(0, -k), min(40, 40 - k))
+    fitted = torch.linalg.lstsq(ref[src], ref[src + k]).solution.T              # rows: ref[p] @ T^T = ref[p+k]
+    assert_close(pl.shift_matrix(k, d, base, dtype=torch.float64), fitted, rtol=1e-9, atol=1e-9)
+
+
+def test_shift_matrix_bad_input_is_a_clear_error():
+    with pytest.raises(ValueError, match="d_model must be even"):
+        pl.shift_matrix(1, 7)
+    with pytest.raises(ValueError, match="d_model must be > 0"):
+        pl.shift_matrix(1, 0)
+    with pytest.raises(ValueError, match="base must be > 1"):
+        pl.shift_matrix(1, 8, base=0.5)
+    with pytest.raises(TypeError, match="k must be a number"):
+        pl.shift_matrix("3", 8)
+    with pytest.raises(TypeError, match="k must be a number"):
+        pl.shift_matrix(True, 8)
+    with pytest.raises(ValueError, match="k must be finite"):
+        pl.shift_matrix(float("inf"), 8)

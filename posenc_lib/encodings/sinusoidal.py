@@ -11,13 +11,15 @@ D/2 - 1 in the denominator; Part I compares the variants).
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from ..base import PositionalEncoding
 from ..registry import register
 from ..utils import check_positive_int
 
-__all__ = ["Sinusoidal", "sinusoidal_encoding", "sinusoidal_table"]
+__all__ = ["Sinusoidal", "shift_matrix", "sinusoidal_encoding", "sinusoidal_table"]
 
 
 def _check_d_model(d_model: int) -> int:
@@ -45,6 +47,27 @@ def sinusoidal_table(n_positions: int, d_model: int, base: float = 10000.0) -> t
     """The ``(n_positions, d_model)`` table: row p is ``PE(p)`` in the Vaswani layout."""
     check_positive_int(n_positions, "n_positions")
     return sinusoidal_encoding(torch.arange(n_positions), d_model, base)
+
+
+def shift_matrix(k: float, d_model: int, base: float = 10000.0, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``T(k)``, the ``(d_model, d_model)`` matrix with ``PE(p + k) = T(k) @ PE(p)`` for every ``p``.
+
+    Block-diagonal: pair ``(sin w_j p, cos w_j p)`` is moved by the 2x2 block
+    ``[[cos w_j k, sin w_j k], [-sin w_j k, cos w_j k]]`` (a rotation by ``-w_j k`` in the
+    (sin, cos) plane). It does not depend on ``p``; ``T(-k) = T(k)^T = T(k)^-1``.
+    """
+    _check_d_model(d_model)
+    if isinstance(k, bool) or not isinstance(k, numbers.Real):
+        raise TypeError(f"k must be a number (the offset), got {type(k).__name__} ({k!r})")
+    if not abs(float(k)) < float("inf"):
+        raise ValueError(f"k must be finite, got {k}")
+    if not base > 1:
+        raise ValueError(f"base must be > 1, got {base}")
+    # w_j = base^(-2j/D),  j = 0 .. D/2-1
+    inv_freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)   # (D/2,)
+    c, s = torch.cos(k * inv_freq), torch.sin(k * inv_freq)                              # (D/2,)
+    blocks = torch.stack((torch.stack((c, s), -1), torch.stack((-s, c), -1)), -2)        # (D/2, 2, 2)
+    return torch.block_diag(*blocks).to(dtype or torch.get_default_dtype())             # (D, D)
 
 
 class Sinusoidal(PositionalEncoding):
