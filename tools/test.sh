@@ -18,10 +18,12 @@ echo "== 2/3 notebooks (nbval) and the strict site build, in parallel"
 build_pid=$!
 mapfile -t notebooks < <("$PY" tools/colab_cell.py --list)
 nb_status=0
-"$PY" -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=120 -q --durations=0 "${notebooks[@]}" || nb_status=$?
+"$PY" -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=120 -q --durations=5 --durations-min=2 "${notebooks[@]}" || nb_status=$?
 build_status=0
 wait "$build_pid" || build_status=$?
 grep -E "WARNING|ERROR|exited|Traceback" _build/logs/build.log | grep -v "Kernel is running over TCP" || true
+echo "-- time to execute each notebook in the site build (nbval ran beside it on the other core):"
+sed -nE 's#^.*/(book/[^:]*\.ipynb): Executed notebook in ([0-9.]+) seconds.*#  \2 s  \1#p' _build/logs/build.log
 if [ "$build_status" -ne 0 ]; then
   echo "!! the site build failed (full log: _build/logs/build.log); last lines:"; tail -40 _build/logs/build.log
   exit "$build_status"
