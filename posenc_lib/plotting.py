@@ -21,6 +21,7 @@ COLORS: dict[str, str] = {
     "huang": "#aec7e8",
     "da_transformer": "#98df8a",
     "rope": "#d62728",
+    "rope_dynamic": "#7b0d1e",
     "xpos": "#ff9896",
     "alibi": "#e377c2",
 }
