@@ -7,6 +7,7 @@
 Shape legend: b batch, h heads, n length, i/j query/key positions, d head dim, D model dim.
 """
 
+from . import lab  # noqa: F401  (the length-extrapolation harness: pl.lab)
 from .attention import MultiHeadAttention, as_positions, attention
 from .base import FOUR_TERMS, PositionalEncoding
 from .data import CharCorpus, MarkovSource, copy_offset_batch, stdlib_corpus
