@@ -94,6 +94,19 @@ def open_page(browser, server):
         page.close()
 
 
+def test_the_math_check_fails_when_mathjax_cannot_load(browser, server):
+    """The check has teeth: with the build's MathJax unreachable (as a CDN-only build is offline),
+    no formula is typeset, so the page test below would fail."""
+    page = browser.new_page()
+    page.route("**/*", lambda r: r.abort() if "mathjax" in r.request.url.lower()
+               or urlparse(r.request.url).hostname != "127.0.0.1" else r.continue_())
+    page.goto(f"{server}/{NOTEBOOK_PAGES[0]}.html", wait_until="load")
+    page.wait_for_timeout(500)
+    assert page.locator("mjx-container").count() == 0
+    assert page.locator("span.math, div.math").count() > 0
+    page.close()
+
+
 def test_home_page_links_every_chapter(open_page):
     page = open_page("index.html")                      # redirects to the root page of _toc.yml
     page.wait_for_url(f"**/{TOC[0]}.html")
