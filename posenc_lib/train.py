@@ -10,7 +10,7 @@ from tqdm.auto import tqdm
 
 from .utils import check_positive_int, get_device
 
-__all__ = ["train", "evaluate", "Batch"]
+__all__ = ["train", "evaluate", "accuracy", "Batch"]
 
 # A batch: tokens (b, n), targets (b, n) with -100 where ignored, positions (n,) or (b, n) or None.
 Batch = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None"]
@@ -53,13 +53,38 @@ def train(model: torch.nn.Module, batches: Callable[[int], Batch], steps: int, l
     return losses
 
 
+def _as_batches(batches: Batch | Iterator[Batch] | list[Batch]) -> Iterator[Batch] | list[Batch]:
+    """One batch ``(tokens, targets, pos)`` or several."""
+    if isinstance(batches, tuple) and len(batches) == 3 and isinstance(batches[0], torch.Tensor):
+        return [batches]
+    return batches
+
+
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, batches: Iterator[Batch] | list[Batch], causal: bool = True,
+def evaluate(model: torch.nn.Module, batches: Batch | Iterator[Batch] | list[Batch], causal: bool = True,
              device: torch.device | None = None) -> float:
-    """Mean cross-entropy (nats per predicted token) of ``model`` over ``batches``."""
+    """Mean cross-entropy (nats per predicted token) of ``model`` over one batch or several."""
+    batches = _as_batches(batches)
     device = device or get_device()
     model.to(device).eval()
     losses = [_loss(model, batch, device, causal).item() for batch in batches]
     if not losses:
         raise ValueError("batches is empty")
     return sum(losses) / len(losses)
+
+
+@torch.no_grad()
+def accuracy(model: torch.nn.Module, batches: Batch | Iterator[Batch] | list[Batch], causal: bool = True,
+             device: torch.device | None = None) -> float:
+    """Fraction of scored targets (those != -100) that the model's most likely token gets right."""
+    device = device or get_device()
+    model.to(device).eval()
+    correct = total = 0
+    for tokens, targets, pos in _as_batches(batches):
+        pred = model(tokens.to(device), None if pos is None else pos.to(device), causal=causal).argmax(-1).cpu()
+        scored = targets != -100
+        correct += int((pred[scored] == targets[scored]).sum())
+        total += int(scored.sum())
+    if total == 0:
+        raise ValueError("batches hold no scored target (every target is -100)")
+    return correct / total

@@ -77,3 +77,22 @@ def test_training_reduces_the_loss():
     losses = pl.train(model, batches, steps=60, lr=1e-2, device=torch.device("cpu"), progress=False)
     assert sum(losses[-10:]) / 10 < losses[0] - 0.2
     assert pl.evaluate(model, [batches(0)], device=torch.device("cpu")) < losses[0]
+
+
+def test_accuracy_counts_only_scored_targets():
+    class Oracle(torch.nn.Module):
+        """Predicts the token 3 back, i.e. the copy task's answer, except at position 5."""
+
+        def forward(self, tokens, pos=None, causal=True):
+            out = torch.full((*tokens.shape, 7), -1.0)
+            out[:, 3:].scatter_(-1, tokens[:, :-3, None], 1.0)
+            out[:, 5] = 0.0
+            out[torch.arange(len(tokens)), 5, (tokens[:, 2] + 1) % 7] = 1.0   # wrong on purpose at position 5
+            return out
+
+    batch = pl.copy_offset_batch(4, 10, 3, 7, torch.Generator().manual_seed(0))
+    assert pl.accuracy(Oracle(), batch, device=torch.device("cpu")) == 6 / 7      # 7 scored positions, 1 wrong
+    assert pl.accuracy(Oracle(), [batch, batch], device=torch.device("cpu")) == 6 / 7
+    with pytest.raises(ValueError, match="no scored target"):
+        tokens, targets, pos = batch
+        pl.accuracy(Oracle(), (tokens, torch.full_like(targets, -100), pos), device=torch.device("cpu"))
