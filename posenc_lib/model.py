@@ -6,6 +6,8 @@ tokens ``(b, n)`` -> embedding ``(b, n, D)`` -> ``pe.encode_input`` -> N blocks 
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
@@ -34,12 +36,15 @@ class Block(nn.Module):
 class TinyTransformer(nn.Module):
     """A language model small enough to train on a laptop CPU in seconds.
 
-    The same ``pe`` module is shared by the input and by every block, so an encoding with
-    parameters (T5's bucket table, a learned table) has one copy of them, as in T5.
+    By default the same ``pe`` module is shared by the input and by every block, so an encoding
+    with parameters has one copy of them, as T5 shares its bucket table across layers.
+    ``share_pe=False`` gives each block its own copy instead, as Shaw et al. and Transformer-XL
+    learn their relative tables per layer (block 0 keeps ``pe`` itself, which also serves
+    ``encode_input``).
     """
 
     def __init__(self, vocab_size: int, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
-                 pe: PositionalEncoding | None = None, d_ff: int | None = None):
+                 pe: PositionalEncoding | None = None, d_ff: int | None = None, share_pe: bool = True):
         super().__init__()
         self.vocab_size = check_positive_int(vocab_size, "vocab_size")
         check_positive_int(n_layers, "n_layers")
@@ -47,7 +52,9 @@ class TinyTransformer(nn.Module):
         check_positive_int(n_heads, "n_heads")
         self.pe = pe if pe is not None else PositionalEncoding()
         self.embed = nn.Embedding(vocab_size, d_model)
-        self.blocks = nn.ModuleList(Block(d_model, n_heads, self.pe, d_ff or 4 * d_model) for _ in range(n_layers))
+        # block 0 uses self.pe itself, so no copy is left without a gradient
+        layer_pe = [self.pe if share_pe or layer == 0 else copy.deepcopy(self.pe) for layer in range(n_layers)]
+        self.blocks = nn.ModuleList(Block(d_model, n_heads, pe_l, d_ff or 4 * d_model) for pe_l in layer_pe)
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
 

@@ -105,3 +105,14 @@ def test_tables_are_buffers_so_to_device_moves_them(name):
     assert all(t.device.type == device.type for t in [*model.parameters(), *model.buffers()])
     out = model(torch.randint(13, (2, 9), device=device), pos=torch.arange(9, device=device) + 2)
     assert out.device.type == device.type
+
+
+def test_share_pe_false_gives_each_block_its_own_tables():
+    shared = pl.TinyTransformer(13, D_MODEL, N_HEADS, 3, pe=build("t5"))
+    own = pl.TinyTransformer(13, D_MODEL, N_HEADS, 3, pe=build("t5"), share_pe=False)
+    assert all(block.attn.pe is shared.pe for block in shared.blocks)
+    assert len({id(block.attn.pe) for block in own.blocks}) == 3
+    table = sum(p.numel() for p in shared.pe.parameters())
+    assert own.blocks[0].attn.pe is own.pe                          # no table left without a gradient
+    assert own.n_params() - shared.n_params() == 2 * table          # one table per block
+    assert own(torch.randint(13, (2, 9))).shape == (2, 9, 13)
