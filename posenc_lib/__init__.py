@@ -18,7 +18,7 @@ from .plotting import COLORS, color_for, heatmap, set_plot_style
 from .registry import REGISTRY, make_encoding, register
 from .taxonomy import four_term_table
 from .train import accuracy, evaluate, train
-from .utils import check_positive_int, check_shape, get_device, seed_everything, setup
+from .utils import check_nonnegative_int, check_positive_int, check_shape, get_device, seed_everything, setup
 
 __version__ = "0.1.0"
 
@@ -26,6 +26,6 @@ __all__ = [
     "MultiHeadAttention", "attention", "as_positions", "PositionalEncoding", "FOUR_TERMS",
     "CharCorpus", "MarkovSource", "copy_offset_batch", "stdlib_corpus", "TinyTransformer",
     "COLORS", "color_for", "heatmap", "set_plot_style", "REGISTRY", "make_encoding", "register",
-    "four_term_table", "accuracy", "evaluate", "train", "check_positive_int", "check_shape", "get_device",
+    "four_term_table", "accuracy", "evaluate", "train", "check_nonnegative_int", "check_positive_int", "check_shape", "get_device",
     "seed_everything", "setup", *_encodings_all,
 ]

@@ -15,7 +15,7 @@ import random
 import numpy as np
 import torch
 
-__all__ = ["seed_everything", "get_device", "check_shape", "check_positive_int", "setup"]
+__all__ = ["seed_everything", "get_device", "check_shape", "check_positive_int", "check_nonnegative_int", "setup"]
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -62,13 +62,22 @@ def setup(seed: int = 0, threads: int | None = 1) -> torch.device:
     return get_device()
 
 
-def check_positive_int(value: object, name: str) -> int:
-    """Return ``value`` if it is an int > 0, else raise a ``ValueError`` naming ``name``."""
+def _check_int(value: object, name: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
+    if value < minimum:
+        raise ValueError(f"{name} must be {'> 0' if minimum == 1 else f'>= {minimum}'}, got {value}")
     return int(value)
+
+
+def check_positive_int(value: object, name: str) -> int:
+    """Return ``value`` if it is an int > 0, else raise a ``TypeError``/``ValueError`` naming ``name``."""
+    return _check_int(value, name, 1)
+
+
+def check_nonnegative_int(value: object, name: str) -> int:
+    """Return ``value`` if it is an int >= 0 (a clip distance, an offset), else raise naming ``name``."""
+    return _check_int(value, name, 0)
 
 
 def check_shape(x: torch.Tensor, pattern: str, name: str = "tensor", **known: int) -> dict[str, int]:

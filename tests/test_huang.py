@@ -124,8 +124,12 @@ def test_registry_names_methods_and_shared_table():
 def test_bad_arguments_are_clear_errors():
     with pytest.raises(ValueError, match="method must be 1, 2, 3 or 4"):
         pl.huang_method(5, d_head=4, max_distance=3)
-    with pytest.raises(ValueError, match="max_distance must be an int >= 0"):
+    with pytest.raises(ValueError, match="max_distance must be >= 0"):
         pl.huang_method(2, d_head=4, max_distance=-1)
+    with pytest.raises(TypeError, match="max_distance must be an int"):
+        pl.huang_method(2, d_head=4, max_distance="3")
+    with pytest.raises(TypeError, match="max_distance must be an int"):
+        pl.huang_relative_index(torch.arange(3)[None], torch.arange(3)[None], "3")
     with pytest.raises(ValueError, match="built for d_head=4"):
         pe = pl.huang_method(4, d_head=4, max_distance=3)
         pe.score_bias(torch.zeros(1, 1, 3, 6), torch.zeros(1, 1, 3, 6), torch.arange(3)[None], torch.arange(3)[None])

@@ -29,7 +29,7 @@ from torch import nn
 
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_nonnegative_int, check_positive_int
 
 __all__ = ["HuangMethod1", "HuangMethod2", "HuangMethod3", "HuangMethod4", "huang_relative_index", "huang_method"]
 
@@ -40,8 +40,7 @@ def huang_relative_index(q_pos: torch.Tensor, k_pos: torch.Tensor, max_distance:
 
     Directional: ``clip(j - i, -K, K) + K`` in ``[0, 2K]``; otherwise ``min(|j - i|, K)`` in ``[0, K]``.
     """
-    if max_distance < 0 or isinstance(max_distance, bool) or not isinstance(max_distance, int):
-        raise ValueError(f"max_distance must be an int >= 0, got {max_distance!r}")
+    check_nonnegative_int(max_distance, "max_distance")
     for name, t in (("q_pos", q_pos), ("k_pos", k_pos)):
         if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.is_floating_point():
             raise ValueError(f"{name} must be an integer tensor of shape (b, n), got {getattr(t, 'shape', t)}")
@@ -58,8 +57,7 @@ class _HuangTable(PositionalEncoding):
 
     def __init__(self, max_distance: int, width: int, directional: bool, init: str):
         super().__init__()
-        if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance < 0:
-            raise ValueError(f"max_distance must be an int >= 0, got {max_distance!r}")
+        check_nonnegative_int(max_distance, "max_distance")
         self.max_distance, self.width, self.directional = max_distance, check_positive_int(width, "width"), directional
         rows = 2 * max_distance + 1 if directional else max_distance + 1
         start = torch.ones(rows, width) if init == "ones" else 0.02 * torch.randn(rows, width)

@@ -28,17 +28,9 @@ from torch import nn
 
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_nonnegative_int, check_positive_int
 
 __all__ = ["Shaw", "shaw_relative_index"]
-
-
-def _check_max_distance(max_distance: int) -> int:
-    if isinstance(max_distance, bool) or not isinstance(max_distance, int):
-        raise TypeError(f"max_distance must be an int, got {type(max_distance).__name__} ({max_distance!r})")
-    if max_distance < 0:
-        raise ValueError(f"max_distance must be >= 0, got {max_distance}")
-    return max_distance
 
 
 def shaw_relative_index(n_q: int, n_k: int, max_distance: int) -> torch.Tensor:
@@ -49,7 +41,7 @@ def shaw_relative_index(n_q: int, n_k: int, max_distance: int) -> torch.Tensor:
     """
     check_positive_int(n_q, "n_q")
     check_positive_int(n_k, "n_k")
-    k = _check_max_distance(max_distance)
+    k = check_nonnegative_int(max_distance, "max_distance")
     # r_ij = clip(j - i, -k, k) + k
     return (torch.arange(n_k)[None, :] - torch.arange(n_q)[:, None]).clamp(-k, k) + k   # (i, j)
 
@@ -77,7 +69,7 @@ class Shaw(PositionalEncoding):
     def __init__(self, d_head: int, max_distance: int = 16, value: bool = True, direct: bool = False):
         super().__init__()
         self.d_head = check_positive_int(d_head, "d_head")
-        self.max_distance = _check_max_distance(max_distance)
+        self.max_distance = check_nonnegative_int(max_distance, "max_distance")
         self.direct = bool(direct)
         n = 2 * self.max_distance + 1
         self.rel_k = nn.Parameter(nn.init.xavier_uniform_(torch.empty(n, d_head)))      # (2k+1, d)
