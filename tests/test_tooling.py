@@ -1,14 +1,22 @@
-"""The pipeline's own guarantees: the site's execution cache is keyed on the library."""
+"""The pipeline's own guarantees: the site's execution cache is keyed on the library,
+and the code fits the page."""
 
 import importlib.util
 import pathlib
+import re
 import shutil
+import subprocess
+import sys
+
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def load_build_site(root: pathlib.Path):
-    spec = importlib.util.spec_from_file_location("build_site", ROOT / "tools" / "build_site.py")
+    spec = importlib.util.spec_from_file_location(
+        "build_site", ROOT / "tools" / "build_site.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.ROOT = root
@@ -21,10 +29,42 @@ def test_cache_key_changes_when_the_library_or_the_pins_change(tmp_path):
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
     build_site = load_build_site(tmp_path)
     before = build_site.library_hash()
-    assert build_site.library_hash() == before                      # deterministic
-    (tmp_path / "posenc_lib" / "encodings" / "nope.py").write_text("# changed\n", encoding="utf-8")
+    assert build_site.library_hash() == before  # deterministic
+    (tmp_path / "posenc_lib" / "encodings" / "nope.py").write_text(
+        "# changed\n", encoding="utf-8"
+    )
     after_lib = build_site.library_hash()
-    assert after_lib != before                                       # a library edit drops the cache
+    assert after_lib != before  # a library edit drops the cache
     with open(tmp_path / "requirements.txt", "a") as f:
         f.write("# changed pin\n")
-    assert build_site.library_hash() != after_lib                    # so does a change of pins
+    assert build_site.library_hash() != after_lib  # so does a change of pins
+
+
+def test_code_fits_the_page():
+    """``ruff format --check`` and ``ruff check`` (E501 at 88 columns, notebooks
+    included) pass from the repository root, as configured in pyproject.toml."""
+    ruff = pathlib.Path(sys.executable).with_name("ruff")
+    if not ruff.exists():
+        pytest.skip(
+            f"ruff is not installed next to {sys.executable}; "
+            "pip install -r requirements.txt to check that the code fits the page"
+        )
+    failures = []
+    for command in (["format", "--check"], ["check"]):
+        result = subprocess.run(
+            [str(ruff), *command, "--output-format", "concise", "--no-cache", "."],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            # path:line:col: E501 Line too long (n > 88); notebooks add "cell k:"
+            lines = (result.stdout + result.stderr).splitlines()
+            found = (re.match(r"(.+?):(cell \d+:)?\d+:\d+: ", line) for line in lines)
+            files = sorted({m.group(1) for m in found if m})
+            failures.append(f"ruff {' '.join(command)} fails on: {', '.join(files)}")
+            failures += lines
+    assert not failures, (
+        "the code does not fit the page (88 columns); run `ruff format <file>` and "
+        "wrap what `ruff check` reports by hand:\n" + "\n".join(failures)
+    )

@@ -1,11 +1,14 @@
-"""Build the website strictly: any Sphinx warning or notebook cell error fails the build.
+"""Build the website strictly: any Sphinx warning or notebook cell error fails
+the build.
 
-    python tools/build_site.py            # incremental: re-executes what changed
-    python tools/build_site.py --fresh    # empty execution cache, every page rebuilt (the test command)
+    python tools/build_site.py          # incremental: re-executes what changed
+    python tools/build_site.py --fresh  # empty execution cache, every page rebuilt
+                                        # (the test command)
 
-jupyter-cache keys executed notebooks on their code cells only, so a change to ``posenc_lib``
-(or to the pinned environment) would otherwise leave stale outputs on the site. We key the
-cache on those too: when their hash changes, the cache is dropped and every page is rebuilt.
+jupyter-cache keys executed notebooks on their code cells only, so a change to
+``posenc_lib`` (or to the pinned environment) would otherwise leave stale outputs on the
+site. We key the cache on those too: when their hash changes, the cache is dropped and
+every page is rebuilt.
 """
 
 from __future__ import annotations
@@ -25,7 +28,10 @@ STAMP = BUILD / ".library-hash"
 
 def library_hash() -> str:
     digest = hashlib.sha256()
-    files = sorted((ROOT / "posenc_lib").rglob("*.py")) + [ROOT / "requirements.txt", ROOT / "pyproject.toml"]
+    files = sorted((ROOT / "posenc_lib").rglob("*.py")) + [
+        ROOT / "requirements.txt",
+        ROOT / "pyproject.toml",
+    ]
     for path in files:
         digest.update(path.relative_to(ROOT).as_posix().encode())
         digest.update(path.read_bytes())
@@ -38,22 +44,45 @@ def main() -> int:
     stale = fresh or not STAMP.exists() or STAMP.read_text() != current
     if stale:
         reason = "--fresh" if fresh else "posenc_lib or the environment changed"
-        print(f"[build] dropping the execution cache and rebuilding every page ({reason})", flush=True)
-        for path in (CACHE, BUILD / "html", BUILD / "jupyter_execute", BUILD / ".doctrees"):
+        print(
+            "[build] dropping the execution cache and rebuilding every page "
+            f"({reason})",
+            flush=True,
+        )
+        for path in (
+            CACHE,
+            BUILD / "html",
+            BUILD / "jupyter_execute",
+            BUILD / ".doctrees",
+        ):
             shutil.rmtree(path, ignore_errors=True)
-    cmd = [str(pathlib.Path(sys.executable).parent / "jupyter-book"), "build", str(ROOT), "--warningiserror", "--nitpick",
-           "--keep-going", "--builder", "html"]
+    cmd = [
+        str(pathlib.Path(sys.executable).parent / "jupyter-book"),
+        "build",
+        str(ROOT),
+        "--warningiserror",
+        "--nitpick",
+        "--keep-going",
+        "--builder",
+        "html",
+    ]
     if stale:
         cmd.append("--all")
     start = time.time()
     result = subprocess.run(cmd, cwd=ROOT)
-    print(f"[build] jupyter-book exited {result.returncode} after {time.time() - start:.0f} s", flush=True)
+    print(
+        f"[build] jupyter-book exited {result.returncode} after "
+        f"{time.time() - start:.0f} s",
+        flush=True,
+    )
     if result.returncode == 0:
         BUILD.mkdir(exist_ok=True)
         STAMP.write_text(current)
         print(f"[build] open {BUILD / 'html' / 'index.html'}")
     else:
-        STAMP.unlink(missing_ok=True)   # never trust a cache that a failed build may have half-written
+        STAMP.unlink(
+            missing_ok=True
+        )  # never trust a cache that a failed build may have half-written
     return result.returncode
 
 

@@ -1,11 +1,15 @@
-"""The Colab install cell every notebook starts with, derived from the ONE repository URL.
+"""The Colab install cell every notebook starts with, derived from the ONE
+repository URL.
 
     python tools/colab_cell.py          # print the canonical cell
-    python tools/colab_cell.py --fix    # rewrite the first cell of every notebook in _toc.yml
-    python tools/colab_cell.py --list   # the notebooks of _toc.yml, in order (used by tools/test.sh)
+    python tools/colab_cell.py --fix    # rewrite the first cell of every notebook
+                                        # in _toc.yml
+    python tools/colab_cell.py --list   # the notebooks of _toc.yml, in order
+                                        # (used by tools/test.sh)
 
-The URL and branch live in ``_config.yml`` (``repository.url``, ``repository.branch``), which
-also drives the website's launch buttons; ``tests/test_notebooks.py`` checks every notebook.
+The URL and branch live in ``_config.yml`` (``repository.url``, ``repository.branch``),
+which also drives the website's launch buttons; ``tests/test_notebooks.py`` checks
+every notebook.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ TAG = "remove-cell"
 
 
 def _config_value(key: str) -> str:
-    """Read ``repository.<key>`` from _config.yml without needing PyYAML's full schema."""
+    """Read ``repository.<key>`` from _config.yml without needing PyYAML's
+    full schema."""
     text = (ROOT / "_config.yml").read_text()
     block = re.search(r"^repository:\n((?:[ \t]+.*\n?)+)", text, re.M)
     if not block:
@@ -34,26 +39,41 @@ def _config_value(key: str) -> str:
 def canonical_source() -> str:
     url, branch = _config_value("url"), _config_value("branch")
     return (
-        "# Colab only: install the course library (this cell is hidden on the website).\n"
-        "import subprocess, sys\n"
-        "if \"google.colab\" in sys.modules:\n"
-        f"    subprocess.run([sys.executable, \"-m\", \"pip\", \"install\", \"-q\", \"git+{url}@{branch}\"], check=True)"
+        "# Colab only: install the course library "
+        "(this cell is hidden on the website).\n"
+        "import subprocess\n"
+        "import sys\n"
+        "\n"
+        'if "google.colab" in sys.modules:\n'
+        f'    url = "git+{url}@{branch}"\n'
+        '    subprocess.run([sys.executable, "-m", "pip", "install", "-q", url], '
+        "check=True)"
     )
 
 
 def toc_notebooks() -> list[pathlib.Path]:
     """Every ``file:`` entry of _toc.yml that is a notebook."""
-    files = re.findall(r"^\s*-?\s*(?:file|root):\s*(\S+)", (ROOT / "_toc.yml").read_text(), re.M)
+    files = re.findall(
+        r"^\s*-?\s*(?:file|root):\s*(\S+)", (ROOT / "_toc.yml").read_text(), re.M
+    )
     return [ROOT / f"{f}.ipynb" for f in files if (ROOT / f"{f}.ipynb").exists()]
 
 
 def fix(path: pathlib.Path) -> bool:
     nb = json.loads(path.read_text())
-    cell = {"cell_type": "code", "execution_count": None, "id": "colab-setup",
-            "metadata": {"tags": [TAG]}, "outputs": [], "source": canonical_source().splitlines(True)}
+    cell = {
+        "cell_type": "code",
+        "execution_count": None,
+        "id": "colab-setup",
+        "metadata": {"tags": [TAG]},
+        "outputs": [],
+        "source": canonical_source().splitlines(True),
+    }
     first = nb["cells"][0]
     if first["cell_type"] == "code" and "google.colab" in "".join(first["source"]):
-        if "".join(first["source"]) == canonical_source() and first["metadata"].get("tags") == [TAG]:
+        if "".join(first["source"]) == canonical_source() and first["metadata"].get(
+            "tags"
+        ) == [TAG]:
             return False
         nb["cells"][0] = cell
     else:
