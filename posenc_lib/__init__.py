@@ -4,12 +4,14 @@
 >>> pe = pl.make_encoding("sinusoidal", d_model=64, n_heads=4, max_len=128)
 >>> model = pl.TinyTransformer(vocab_size=10, d_model=64, n_heads=4, pe=pe)
 
-Shape legend: b batch, h heads, n length, i/j query/key positions, d head dim, D model dim.
+Shape legend: b batch, h heads, n length, i/j query/key positions, d head dim,
+D model dim.
 """
 
 from . import lab  # noqa: F401  (the length-extrapolation harness: pl.lab)
 from .attention import MultiHeadAttention, as_positions, attention
-from .base import FOUR_TERMS, PositionalEncoding
+from .book import chapter_seeds, glue, seed_shift, show_source
+from .base import FOUR_TERMS, HOOKS, Context, PositionalEncoding
 from .data import CharCorpus, MarkovSource, copy_offset_batch, stdlib_corpus
 from .encodings import *  # noqa: F401,F403  (every encoding module registers itself)
 from .encodings import __all__ as _encodings_all
@@ -18,14 +20,50 @@ from .plotting import COLORS, color_for, heatmap, set_plot_style
 from .registry import REGISTRY, make_encoding, register
 from .taxonomy import four_term_table
 from .train import accuracy, evaluate, train
-from .utils import check_nonnegative_int, check_positive_int, check_shape, get_device, seed_everything, setup
+from .utils import (
+    check_nonnegative_int,
+    check_positive_int,
+    check_shape,
+    get_device,
+    seed_everything,
+    setup,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "MultiHeadAttention", "attention", "as_positions", "PositionalEncoding", "FOUR_TERMS",
-    "CharCorpus", "MarkovSource", "copy_offset_batch", "stdlib_corpus", "TinyTransformer",
-    "COLORS", "color_for", "heatmap", "set_plot_style", "REGISTRY", "make_encoding", "register",
-    "four_term_table", "accuracy", "evaluate", "train", "check_nonnegative_int", "check_positive_int", "check_shape", "get_device",
-    "seed_everything", "setup", *_encodings_all,
+    "MultiHeadAttention",
+    "attention",
+    "as_positions",
+    "PositionalEncoding",
+    "chapter_seeds",
+    "glue",
+    "seed_shift",
+    "show_source",
+    "Context",
+    "HOOKS",
+    "FOUR_TERMS",
+    "CharCorpus",
+    "MarkovSource",
+    "copy_offset_batch",
+    "stdlib_corpus",
+    "TinyTransformer",
+    "COLORS",
+    "color_for",
+    "heatmap",
+    "set_plot_style",
+    "REGISTRY",
+    "make_encoding",
+    "register",
+    "four_term_table",
+    "accuracy",
+    "evaluate",
+    "train",
+    "check_nonnegative_int",
+    "check_positive_int",
+    "check_shape",
+    "get_device",
+    "seed_everything",
+    "setup",
+    *_encodings_all,
 ]

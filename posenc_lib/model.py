@@ -1,18 +1,20 @@
-"""``TinyTransformer``: a small pre-LayerNorm transformer whose every block uses one encoding.
+"""``TinyTransformer``: a small pre-LayerNorm transformer, one encoding in every block.
 
-tokens ``(b, n)`` -> embedding ``(b, n, D)`` -> ``pe.encode_input`` -> N blocks (attention with
-``pe``'s hooks, then an MLP) -> LayerNorm -> LM head -> logits ``(b, n, V)``.
+tokens ``(b, n)`` -> embedding ``(b, n, D)`` -> ``pe.encode_input`` -> N blocks
+(attention with ``pe``'s hooks, then an MLP) -> LayerNorm -> LM head -> logits
+``(b, n, V)``.
 """
 
 from __future__ import annotations
 
 import copy
+from typing import Mapping
 
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention, as_positions
-from .base import PositionalEncoding
+from .attention import MultiHeadAttention, _check_inputs, as_positions
+from .base import Context, PositionalEncoding
 from .utils import check_positive_int
 
 __all__ = ["TinyTransformer", "Block"]
@@ -26,25 +28,42 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(d_model)
         self.attn = MultiHeadAttention(d_model, n_heads, pe)
         self.ln2 = nn.LayerNorm(d_model)
-        self.mlp = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model))
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model)
+        )
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, causal: bool, mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), pos, causal=causal, mask=mask)
+    def forward(
+        self,
+        x: torch.Tensor,
+        pos: torch.Tensor,
+        causal: bool,
+        mask: torch.Tensor | None = None,
+        inputs: Mapping[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), pos, causal=causal, mask=mask, inputs=inputs)
         return x + self.mlp(self.ln2(x))
 
 
 class TinyTransformer(nn.Module):
     """A language model small enough to train on a laptop CPU in seconds.
 
-    By default the same ``pe`` module is shared by the input and by every block, so an encoding
-    with parameters has one copy of them, as T5 shares its bucket table across layers.
-    ``share_pe=False`` gives each block its own copy instead, as Shaw et al. and Transformer-XL
-    learn their relative tables per layer (block 0 keeps ``pe`` itself, which also serves
-    ``encode_input``).
+    By default the same ``pe`` module is shared by the input and by every block, so an
+    encoding with parameters has one copy of them, as T5 shares its bucket table across
+    layers. ``share_pe=False`` gives each block its own copy instead, as Shaw et al. and
+    Transformer-XL learn their relative tables per layer (block 0 keeps ``pe`` itself,
+    which also serves ``encode_input``).
     """
 
-    def __init__(self, vocab_size: int, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
-                 pe: PositionalEncoding | None = None, d_ff: int | None = None, share_pe: bool = True):
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 64,
+        n_heads: int = 4,
+        n_layers: int = 2,
+        pe: PositionalEncoding | None = None,
+        d_ff: int | None = None,
+        share_pe: bool = True,
+    ):
         super().__init__()
         self.vocab_size = check_positive_int(vocab_size, "vocab_size")
         check_positive_int(n_layers, "n_layers")
@@ -53,29 +72,62 @@ class TinyTransformer(nn.Module):
         self.pe = pe if pe is not None else PositionalEncoding()
         self.embed = nn.Embedding(vocab_size, d_model)
         # block 0 uses self.pe itself, so no copy is left without a gradient
-        layer_pe = [self.pe if share_pe or layer == 0 else copy.deepcopy(self.pe) for layer in range(n_layers)]
-        self.blocks = nn.ModuleList(Block(d_model, n_heads, pe_l, d_ff or 4 * d_model) for pe_l in layer_pe)
+        layer_pe = [
+            self.pe if share_pe or layer == 0 else copy.deepcopy(self.pe)
+            for layer in range(n_layers)
+        ]
+        self.blocks = nn.ModuleList(
+            Block(d_model, n_heads, pe_l, d_ff or 4 * d_model) for pe_l in layer_pe
+        )
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
 
-    def hidden(self, tokens: torch.Tensor, pos: torch.Tensor | None = None, causal: bool = True,
-               mask: torch.Tensor | None = None) -> torch.Tensor:
-        """tokens ``(b, n)`` -> final hidden states ``(b, n, D)`` (before the LM head)."""
+    def hidden(
+        self,
+        tokens: torch.Tensor,
+        pos: torch.Tensor | None = None,
+        causal: bool = True,
+        mask: torch.Tensor | None = None,
+        inputs: Mapping[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """tokens ``(b, n)`` -> final hidden states ``(b, n, D)`` (before the LM head).
+
+        ``pos``: ``(n,)``/``(b, n)`` integers, or ``(n, a)``/``(b, n, a)`` coordinates
+        for an encoding with ``coord_axes = a``. ``inputs``: named side inputs (see
+        ``posenc_lib.Context``), handed to ``encode_input`` and to every attention call.
+        """
         if tokens.dim() != 2 or tokens.is_floating_point():
-            raise ValueError(f"tokens must be an integer tensor of shape (b, n), got {tuple(tokens.shape)} {tokens.dtype}")
+            raise ValueError(
+                "tokens must be an integer tensor of shape (b, n), got "
+                f"{tuple(tokens.shape)} {tokens.dtype}"
+            )
         if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
-            raise ValueError(f"tokens must lie in [0, {self.vocab_size}), got values in [{int(tokens.min())}, {int(tokens.max())}]")
+            lo, hi = int(tokens.min()), int(tokens.max())
+            raise ValueError(
+                f"tokens must lie in [0, {self.vocab_size}), got values in [{lo}, {hi}]"
+            )
         b, n = tokens.shape
-        pos = as_positions(pos, b, n, "pos", device=tokens.device)
-        x = self.pe.encode_input(self.embed(tokens), pos)                   # (b, n, D)
+        pos = as_positions(
+            pos, b, n, "pos", device=tokens.device, axes=self.pe.coord_axes
+        )
+        inputs = _check_inputs(self.pe, inputs)
+        x = self.embed(tokens)  # (b, n, D)
+        x = self.pe.call_hook("encode_input", x, pos, ctx=Context(x=x, inputs=inputs))
         for block in self.blocks:
-            x = block(x, pos, causal, mask)
+            x = block(x, pos, causal, mask, inputs)
         return self.ln_f(x)
 
-    def forward(self, tokens: torch.Tensor, pos: torch.Tensor | None = None, causal: bool = True,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
-        """tokens ``(b, n)``, pos ``(n,)``/``(b, n)`` -> logits ``(b, n, V)``. Causal by default (an LM)."""
-        return self.head(self.hidden(tokens, pos, causal, mask))
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        pos: torch.Tensor | None = None,
+        causal: bool = True,
+        mask: torch.Tensor | None = None,
+        inputs: Mapping[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """tokens ``(b, n)`` -> logits ``(b, n, V)``; causal by default (an LM).
+        ``pos`` and ``inputs`` as in ``hidden``."""
+        return self.head(self.hidden(tokens, pos, causal, mask, inputs))
 
     def n_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -34,13 +34,19 @@ def register(name: str) -> Callable[[Factory], Factory]:
     return add
 
 
-def make_encoding(name: str, *, d_model: int, n_heads: int, max_len: int) -> PositionalEncoding:
+def make_encoding(
+    name: str, *, d_model: int, n_heads: int, max_len: int
+) -> PositionalEncoding:
     """Build ``REGISTRY[name]`` after checking the arguments every factory relies on."""
     if name not in REGISTRY:
-        raise KeyError(f"unknown encoding {name!r}; registered: {', '.join(sorted(REGISTRY))}")
+        raise KeyError(
+            f"unknown encoding {name!r}; registered: {', '.join(sorted(REGISTRY))}"
+        )
     check_positive_int(d_model, "d_model")
     check_positive_int(n_heads, "n_heads")
     check_positive_int(max_len, "max_len")
     if d_model % n_heads:
-        raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        raise ValueError(
+            f"d_model ({d_model}) must be divisible by n_heads ({n_heads})"
+        )
     return REGISTRY[name](d_model=d_model, n_heads=n_heads, max_len=max_len)

@@ -15,14 +15,23 @@ import random
 import numpy as np
 import torch
 
-__all__ = ["seed_everything", "get_device", "check_shape", "check_positive_int", "check_nonnegative_int", "setup"]
+__all__ = [
+    "seed_everything",
+    "get_device",
+    "check_shape",
+    "check_positive_int",
+    "check_nonnegative_int",
+    "setup",
+]
 
 
 def seed_everything(seed: int) -> torch.Generator:
-    """Seed Python, NumPy and PyTorch (CPU and CUDA); return a seeded ``torch.Generator``.
+    """Seed Python, NumPy and PyTorch (CPU and CUDA); return a seeded
+    ``torch.Generator``.
 
-    The returned generator lives on the CPU; pass it to data sources so that a notebook's
-    data does not depend on how many random numbers a model initialisation consumed.
+    The returned generator lives on the CPU; pass it to data sources so that a
+    notebook's data does not depend on how many random numbers a model
+    initialisation consumed.
     """
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
@@ -41,17 +50,20 @@ def get_device(prefer: str | None = None) -> torch.device:
     if choice is not None:
         device = torch.device(choice)
         if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"device {choice!r} was asked for but CUDA is not available")
+            raise ValueError(
+                f"device {choice!r} was asked for but CUDA is not available"
+            )
         return device
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def setup(seed: int = 0, threads: int | None = 1) -> torch.device:
-    """One call at the top of every chapter: seed everything, fix CPU threads, set the plot style.
+    """One call at the top of every chapter: seed everything, fix CPU threads, set
+    the plot style.
 
-    One CPU thread is the default because on small 2-core machines two threads made the same
-    training loop up to five times slower and far less repeatable (see ``EXPERIMENTS.md``).
-    Returns the device to use (CUDA when present).
+    One CPU thread is the default because on small 2-core machines two threads made the
+    same training loop up to five times slower and far less repeatable (see
+    ``EXPERIMENTS.md``). Returns the device to use (CUDA when present).
     """
     seed_everything(seed)
     if threads is not None:
@@ -64,23 +76,31 @@ def setup(seed: int = 0, threads: int | None = 1) -> torch.device:
 
 def _check_int(value: object, name: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+        raise TypeError(
+            f"{name} must be an int, got {type(value).__name__} ({value!r})"
+        )
     if value < minimum:
-        raise ValueError(f"{name} must be {'> 0' if minimum == 1 else f'>= {minimum}'}, got {value}")
+        raise ValueError(
+            f"{name} must be {'> 0' if minimum == 1 else f'>= {minimum}'}, got {value}"
+        )
     return int(value)
 
 
 def check_positive_int(value: object, name: str) -> int:
-    """Return ``value`` if it is an int > 0, else raise a ``TypeError``/``ValueError`` naming ``name``."""
+    """Return ``value`` if it is an int > 0, else raise a ``TypeError``/``ValueError``
+    naming ``name``."""
     return _check_int(value, name, 1)
 
 
 def check_nonnegative_int(value: object, name: str) -> int:
-    """Return ``value`` if it is an int >= 0 (a clip distance, an offset), else raise naming ``name``."""
+    """Return ``value`` if it is an int >= 0 (a clip distance, an offset), else raise
+    naming ``name``."""
     return _check_int(value, name, 0)
 
 
-def check_shape(x: torch.Tensor, pattern: str, name: str = "tensor", **known: int) -> dict[str, int]:
+def check_shape(
+    x: torch.Tensor, pattern: str, name: str = "tensor", **known: int
+) -> dict[str, int]:
     """Check ``x`` against a space-separated shape pattern and return the named sizes.
 
     >>> check_shape(torch.zeros(2, 5, 8), "b n D", name="x", D=8)
@@ -93,7 +113,10 @@ def check_shape(x: torch.Tensor, pattern: str, name: str = "tensor", **known: in
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     axes = pattern.split()
     if x.dim() != len(axes):
-        raise ValueError(f"{name} must have shape ({', '.join(axes)}) ({len(axes)} dims), got {tuple(x.shape)}")
+        raise ValueError(
+            f"{name} must have shape ({', '.join(axes)}) ({len(axes)} dims), got "
+            f"{tuple(x.shape)}"
+        )
     sizes: dict[str, int] = dict(known)
     for axis, size in zip(axes, x.shape):
         if axis.isdigit():
@@ -104,5 +127,8 @@ def check_shape(x: torch.Tensor, pattern: str, name: str = "tensor", **known: in
             sizes[axis] = int(size)
             continue
         if size != expected:
-            raise ValueError(f"{name} has shape {tuple(x.shape)}, but axis '{axis}' of ({', '.join(axes)}) must be {expected}")
+            raise ValueError(
+                f"{name} has shape {tuple(x.shape)}, but axis '{axis}' of "
+                f"({', '.join(axes)}) must be {expected}"
+            )
     return {a: sizes[a] for a in axes if not a.isdigit()}

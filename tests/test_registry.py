@@ -27,18 +27,26 @@ def test_is_a_positional_encoding_with_a_four_term_row(name):
     assert set(type(pe).four_terms) == set(pl.FOUR_TERMS)
 
 
+def example(pe, b, n, shift=0, seed=0):
+    """Positions and side inputs that ``pe`` accepts for ``n`` tokens (seeded)."""
+    g = torch.Generator().manual_seed(seed)
+    pos = pe.example_positions(b, n, generator=g) + shift
+    return pos, pe.example_inputs(b, n, generator=g)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_hook_shapes_and_dtype(name):
     pe = build(name).double()
     b, h, n, d = 2, N_HEADS, 10, D_MODEL // N_HEADS
-    pos = torch.arange(n).expand(b, n)
+    pos, inputs = example(pe, b, n)
     x = torch.randn(b, n, D_MODEL, dtype=torch.float64)
-    y = pe.encode_input(x, pos)
+    y = pe.call_hook("encode_input", x, pos, ctx=pl.Context(x=x, inputs=inputs))
     assert y.shape == x.shape and y.dtype == torch.float64
-    q, k = torch.randn(b, h, n, d, dtype=torch.float64), torch.randn(b, h, n, d, dtype=torch.float64)
-    q2, k2 = pe.transform_qk(q, k, pos, pos)
+    q, k, v = (torch.randn(b, h, n, d, dtype=torch.float64) for _ in range(3))
+    ctx = pl.Context(x=x, q=q, k=k, v=v, causal=True, inputs=inputs)
+    q2, k2 = pe.call_hook("transform_qk", q, k, pos, pos, ctx=ctx)
     assert q2.shape == q.shape and k2.shape == k.shape
-    bias = pe.score_bias(q2, k2, pos, pos)
+    bias = pe.call_hook("score_bias", q2, k2, pos, pos, ctx=ctx)
     if bias is not None:
         torch.broadcast_shapes(bias.shape, (b, h, n, n))
 
@@ -46,13 +54,183 @@ def test_hook_shapes_and_dtype(name):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("name", NAMES)
 def test_fast_path_equals_slow_path(name, causal):
+    """Where both paths exist they agree; ``needs_score_path`` says exactly when not."""
     pe = build(name).double()
-    if pe.needs_score_path:
-        pytest.skip(f"{name} overrides a hook past score_bias: it has no fast path by design")
+    if pe.causal_only and not causal:
+        pytest.skip(f"{name} is defined causally only (refusal tested below)")
     mha = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe).double()
     x = torch.randn(2, 12, D_MODEL, dtype=torch.float64)
-    pos = torch.arange(12) + 3
-    assert_close(mha(x, pos, causal=causal, path="fast"), mha(x, pos, causal=causal, path="slow"))
+    pos, inputs = example(pe, 2, 12, shift=3)
+    slow = mha(x, pos, causal=causal, path="slow", inputs=inputs)
+    assert torch.isfinite(slow).all()
+    if pe.needs_score_path:
+        with pytest.raises(ValueError, match="overrides a hook past score_bias"):
+            mha(x, pos, causal=causal, path="fast", inputs=inputs)
+        return
+    assert_close(mha(x, pos, causal=causal, path="fast", inputs=inputs), slow)
+    assert_close(mha(x, pos, causal=causal, inputs=inputs), slow)  # auto == fast
+
+
+def positions(pe, b, n, kind, seed=0):
+    """Positions of ``kind``: "run" (shifted by 3) or "gaps" (increasing with holes;
+    coordinates keep their example layout, which has repeats)."""
+    pos, inputs = example(pe, b, n, shift=3, seed=seed)
+    if kind == "gaps" and pe.coord_axes is None:
+        g = torch.Generator().manual_seed(seed)
+        pos = torch.randint(1, 4, (b, n), generator=g).cumsum(1)
+    return pos, inputs
+
+
+def perturb_(pe):
+    """What a training step does to every floating parameter and buffer: in place."""
+    with torch.no_grad():
+        for t in [*pe.parameters(), *pe.buffers()]:
+            if t.is_floating_point():
+                t.mul_(1.5).add_(0.01)
+
+
+@pytest.mark.parametrize("kind", ["run", "gaps"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", NAMES)
+def test_fast_path_equals_slow_path_for_gaps_and_after_a_training_step(
+    name, causal, kind
+):
+    """The fast path's caches (positions, parameters' versions) never serve a stale
+    bias: equal to the slow path twice, then again after the parameters change."""
+    pe = build(name).double()
+    if pe.causal_only and not causal:
+        pytest.skip(f"{name} is defined causally only")
+    if pe.needs_score_path:
+        pytest.skip(f"{name} has no fast path (overrides a hook past score_bias)")
+    mha = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe).double()
+    x = torch.randn(2, 12, D_MODEL, dtype=torch.float64)
+    pos, inputs = positions(pe, 2, 12, kind)
+    for _ in range(2):
+        with torch.no_grad():  # no graph: what may be cached is cached
+            fast = mha(x, pos, causal=causal, inputs=inputs)
+            assert_close(fast, mha(x, pos, causal=causal, inputs=inputs, path="slow"))
+        perturb_(pe)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_flex_path_equals_slow_path_or_is_refused_with_the_reason(name):
+    """FlexAttention (float32, forward: its CPU kernel has no backward)."""
+    pe = build(name)
+    causal = True
+    mha = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe)
+    x = torch.randn(2, 12, D_MODEL)
+    pos, inputs = positions(pe, 2, 12, "run")
+    with torch.no_grad():
+        slow = mha(x, pos, causal=causal, inputs=inputs, path="slow")
+        try:
+            flex = mha(x, pos, causal=causal, inputs=inputs, path="flex")
+        except ValueError as error:
+            assert "path='flex' cannot be used" in str(error)
+            pytest.skip(str(error))
+        except RuntimeError as error:  # no compiler: the library says so
+            assert "path='flex'" in str(error)
+            pytest.skip(str(error))
+    assert_close(flex, slow)
+
+
+def grid(b, h, i, j):
+    """Index tensors that broadcast to ``(b, h, i, j)``, as a score_mod receives."""
+    return [
+        torch.arange(size).view(shape)
+        for size, shape in (
+            (b, (-1, 1, 1, 1)),
+            (h, (1, -1, 1, 1)),
+            (i, (1, 1, -1, 1)),
+            (j, (1, 1, 1, -1)),
+        )
+    ]
+
+
+@pytest.mark.parametrize("kind", ["run", "gaps"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        n
+        for n in NAMES
+        if type(build(n)).score_mod is not pl.PositionalEncoding.score_mod
+    ],
+)
+def test_score_mod_agrees_with_score_bias_and_transform_scores(name, kind):
+    """``mod(s) == transform_scores(s + score_bias)`` entry by entry, and on zero
+    scores the mod is ``score_bias`` itself: the two forms cannot drift apart."""
+    pe = build(name).double()
+    b, h, n, d = 2, N_HEADS, 10, D_MODEL // N_HEADS
+    pos, inputs = positions(pe, b, n, kind)
+    x = torch.randn(b, n, D_MODEL, dtype=torch.float64)
+    q, k, v = (torch.randn(b, h, n, d, dtype=torch.float64) for _ in range(3))
+    ctx = pl.Context(x=x, q=q, k=k, v=v, causal=True, inputs=inputs)
+    mod = (
+        pe.score_mod(pos, pos, ctx=ctx) if pe._mod_reads_ctx else pe.score_mod(pos, pos)
+    )
+    bias = pe.call_hook("score_bias", q, k, pos, pos, ctx=ctx)
+    bias = torch.zeros(()) if bias is None else bias
+    s = torch.randn(b, h, n, n, dtype=torch.float64)
+    expected = pe.call_hook("transform_scores", s + bias, pos, pos, ctx=ctx)
+    assert_close(mod(s, *grid(b, h, n, n)).expand(b, h, n, n), expected)
+    if type(pe).transform_scores is pl.PositionalEncoding.transform_scores:
+        zero = torch.zeros((), dtype=torch.float64)
+        on_zero = mod(zero, *grid(b, h, n, n)).expand(b, h, n, n)
+        assert_close(on_zero, bias.expand(b, h, n, n))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_needs_score_path_follows_the_overridden_hooks(name):
+    cls = type(build(name))
+    late = [
+        h
+        for h in pl.HOOKS[3:]
+        if getattr(cls, h) is not getattr(pl.PositionalEncoding, h)
+    ]
+    assert build(name).needs_score_path == bool(late)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_hooks_that_read_the_context_declare_it(name):
+    """``_ctx_hooks`` lists exactly the overridden hooks whose signature has ``ctx``."""
+    import inspect
+
+    pe = build(name)
+    for hook in pl.HOOKS:
+        takes = "ctx" in inspect.signature(getattr(pe, hook)).parameters
+        assert (hook in type(pe)._ctx_hooks) == takes, (name, hook)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if build(n).causal_only])
+def test_causal_only_encodings_refuse_bidirectional_attention(name):
+    pe = build(name)
+    x = torch.randn(1, 6, D_MODEL)
+    pos, inputs = example(pe, 1, 6)
+    with pytest.raises(ValueError, match="causal attention only"):
+        pl.MultiHeadAttention(D_MODEL, N_HEADS, pe)(x, pos, causal=False, inputs=inputs)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if build(n).side_inputs])
+def test_missing_side_inputs_are_named(name):
+    pe = build(name)
+    x = torch.randn(1, 6, D_MODEL)
+    pos, _ = example(pe, 1, 6)
+    missing = next(iter(pe.side_inputs))
+    with pytest.raises(ValueError, match=f"needs the side input.*{missing}"):
+        pl.MultiHeadAttention(D_MODEL, N_HEADS, pe)(x, pos, causal=True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_positions_of_the_wrong_kind_are_refused(name):
+    """A sequence encoding refuses coordinates and a coordinate encoding sequences."""
+    pe = build(name)
+    x = torch.randn(1, 6, D_MODEL)
+    _, inputs = example(pe, 1, 6)
+    wrong = torch.zeros(1, 6, 2, dtype=torch.long) if pe.coord_axes is None else None
+    wrong = torch.arange(6)[None] if pe.coord_axes is not None else wrong
+    with pytest.raises(ValueError, match="pos must have shape"):
+        pl.MultiHeadAttention(D_MODEL, N_HEADS, pe)(
+            x, wrong, causal=True, inputs=inputs
+        )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -63,18 +241,25 @@ def test_state_dict_round_trip_and_dtype_move(name):
     b = pl.TinyTransformer(13, D_MODEL, N_HEADS, 2, pe=build(name))
     b.load_state_dict(copy.deepcopy(a.state_dict()))
     tokens = torch.randint(13, (2, 9))
-    assert_close(a(tokens), b(tokens))
+    pos, inputs = example(a.pe, 2, 9)
+    assert_close(a(tokens, pos, inputs=inputs), b(tokens, pos, inputs=inputs))
     a64 = a.to(torch.float64)
-    assert a64(tokens).dtype == torch.float64
-    assert all(t.dtype == torch.float64 for t in a64.state_dict().values() if t.is_floating_point())
+    assert a64(tokens, pos, inputs=inputs).dtype == torch.float64
+    assert all(
+        t.dtype == torch.float64
+        for t in a64.state_dict().values()
+        if t.is_floating_point()
+    )
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_model_runs_causal_and_bidirectional_with_offsets(name):
-    model = pl.TinyTransformer(13, D_MODEL, N_HEADS, 2, pe=build(name))
+    pe = build(name)
+    model = pl.TinyTransformer(13, D_MODEL, N_HEADS, 2, pe=pe)
     tokens = torch.randint(13, (2, 9))
-    for causal in (False, True):
-        out = model(tokens, pos=torch.arange(9) + 5, causal=causal)
+    pos, inputs = example(pe, 2, 9, shift=5)
+    for causal in (False, True) if not pe.causal_only else (True,):
+        out = model(tokens, pos=pos, causal=causal, inputs=inputs)
         assert out.shape == (2, 9, 13) and torch.isfinite(out).all()
 
 
@@ -90,20 +275,31 @@ def test_make_encoding_rejects_unknown_names_and_bad_sizes():
 def test_four_term_table_has_a_row_per_encoding():
     rows = pl.four_term_table()
     assert [r["encoding"] for r in rows] == list(pl.REGISTRY)
-    assert next(r for r in rows if r["encoding"] == "sinusoidal")["hooks"] == "encode_input"
+    assert (
+        next(r for r in rows if r["encoding"] == "sinusoidal")["hooks"]
+        == "encode_input"
+    )
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_tables_are_buffers_so_to_device_moves_them(name):
-    """A plain tensor attribute would be left behind by .to(device) and missing from state_dict."""
+    """A plain tensor attribute would be left behind by .to(device) and missing
+    from state_dict."""
     pe = build(name)
     for module in pe.modules():
         plain = [k for k, v in vars(module).items() if isinstance(v, torch.Tensor)]
-        assert not plain, f"{name}: tensors {plain} should be registered buffers or parameters"
+        assert not plain, (
+            f"{name}: tensors {plain} should be registered buffers or parameters"
+        )
     device = pl.get_device()
     model = pl.TinyTransformer(13, D_MODEL, N_HEADS, 2, pe=pe).to(device)
-    assert all(t.device.type == device.type for t in [*model.parameters(), *model.buffers()])
-    out = model(torch.randint(13, (2, 9), device=device), pos=torch.arange(9, device=device) + 2)
+    assert all(
+        t.device.type == device.type for t in [*model.parameters(), *model.buffers()]
+    )
+    pos, inputs = example(pe, 2, 9, shift=2)
+    inputs = {key: t.to(device) for key, t in inputs.items()}
+    tokens = torch.randint(13, (2, 9), device=device)
+    out = model(tokens, pos=pos.to(device), inputs=inputs)
     assert out.device.type == device.type
 
 
@@ -113,6 +309,6 @@ def test_share_pe_false_gives_each_block_its_own_tables():
     assert all(block.attn.pe is shared.pe for block in shared.blocks)
     assert len({id(block.attn.pe) for block in own.blocks}) == 3
     table = sum(p.numel() for p in shared.pe.parameters())
-    assert own.blocks[0].attn.pe is own.pe                          # no table left without a gradient
-    assert own.n_params() - shared.n_params() == 2 * table          # one table per block
+    assert own.blocks[0].attn.pe is own.pe  # no table left without a gradient
+    assert own.n_params() - shared.n_params() == 2 * table  # one table per block
     assert own(torch.randint(13, (2, 9))).shape == (2, 9, 13)

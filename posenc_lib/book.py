@@ -1,0 +1,62 @@
+"""Helpers for the chapters themselves: seeds a sweep can shift, glue, library source.
+
+* ``chapter_seeds(0, 1)``: the seeds a chapter was written with, shifted by the
+  environment variable ``POSENC_SEED_SHIFT`` (default 0). ``tools/seed_sweep.py``
+  re-runs a notebook with other shifts, so every assertion is tried on seeds it was not
+  written with: a toy claim is a statement about a distribution of seeds, not one run.
+* ``glue(name, value)``: myst-nb's ``glue`` (the prose quotes the number the run made)
+  without needing myst-nb installed, so the same cell runs in Colab.
+* ``show_source(obj)``: the library's own code, printed from a cell, so that the site
+  and Colab both show it (``{literalinclude}`` shows a bare path in Colab).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+__all__ = ["chapter_seeds", "seed_shift", "glue", "show_source"]
+
+SEED_SHIFT_VAR = "POSENC_SEED_SHIFT"
+# myst-nb's marker for values glued with display=False (myst_nb.ext.glue.GLUE_PREFIX)
+GLUE_PREFIX = "application/papermill.record/"
+
+
+def seed_shift() -> int:
+    """The shift a seed sweep asked for (``POSENC_SEED_SHIFT``), 0 normally."""
+    raw = os.environ.get(SEED_SHIFT_VAR, "0")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{SEED_SHIFT_VAR} must be an integer, got {raw!r}") from None
+
+
+def chapter_seeds(*seeds: int) -> list[int]:
+    """``seeds`` shifted by ``seed_shift()``: ``chapter_seeds(0, 1)`` is ``[0, 1]``
+    normally."""
+    if not seeds or not all(
+        isinstance(s, int) and not isinstance(s, bool) for s in seeds
+    ):
+        raise TypeError(f"chapter_seeds takes one or more int seeds, got {seeds!r}")
+    return [s + seed_shift() for s in seeds]
+
+
+def glue(name: str, value, display: bool = False) -> None:
+    """Store ``value`` under ``name`` for ``{glue:text}`` in the prose (as myst-nb's
+    ``glue`` does, with the same output format); shows it only when ``display``."""
+    from IPython.core.formatters import format_display_data
+    from IPython.display import display as ipy_display
+
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
+    bundle, metadata = format_display_data(value)
+    prefix = "" if display else GLUE_PREFIX
+    metadata["scrapbook"] = dict(name=name, mime_prefix=prefix)
+    ipy_display({prefix + k: v for k, v in bundle.items()}, raw=True, metadata=metadata)
+
+
+def show_source(obj) -> None:
+    """Display the source code of a library function or class, highlighted."""
+    from IPython.display import Code, display
+
+    display(Code(inspect.getsource(obj), language="python"))

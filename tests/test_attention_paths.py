@@ -1,0 +1,329 @@
+"""The attention paths: what each one builds and reuses, and that they agree.
+
+The registry contract test (``tests/test_registry.py``) holds every path equal to the
+slow reference for every registered encoding; this file checks the machinery behind
+the fast path (the kernel's causal mode, blocks of queries, the cache and what
+invalidates it), the flex path's refusals, and ``score_mod`` on its own.
+"""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+import posenc_lib as pl
+from posenc_lib.base import relative_offsets
+
+
+def qkv(b=2, h=4, i=9, j=9, d=8, dtype=torch.float64, grad=False):
+    return tuple(
+        torch.randn(b, h, n, d, dtype=dtype, requires_grad=grad) for n in (i, j, j)
+    )
+
+
+@pytest.fixture
+def sdpa_calls(monkeypatch):
+    """Every scaled_dot_product_attention call: (q shape, k shape, mask, is_causal)."""
+    calls = []
+    real = F.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, is_causal=False, **kwargs):
+        calls.append((tuple(q.shape), tuple(k.shape), attn_mask, is_causal))
+        return real(q, k, v, attn_mask=attn_mask, is_causal=is_causal, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    return calls
+
+
+class CountingALiBi(pl.ALiBi):
+    """ALiBi that counts how often its bias is built."""
+
+    def __init__(self, n_heads):
+        super().__init__(n_heads)
+        self.built = 0
+
+    def score_bias(self, q, k, q_pos, k_pos):
+        self.built += 1
+        return super().score_bias(q, k, q_pos, k_pos)
+
+
+# ---- causal in token order: the kernel's causal mode, nothing n x n ------------------
+
+
+@pytest.mark.parametrize(
+    "pos",
+    [None, torch.arange(9), torch.arange(9) + 40, torch.arange(9)[None].repeat(2, 1)],
+    ids=["default", "arange", "arange+40", "per-row arange"],
+)
+@pytest.mark.parametrize("name", ["nope", "rope"])
+def test_runs_of_positions_use_the_kernels_causal_mode(sdpa_calls, name, pos):
+    pe = pl.make_encoding(name, d_model=32, n_heads=4, max_len=64).double()
+    q, k, v = qkv()
+    out = pl.attention(q, k, v, pe, pos, pos, causal=True)
+    assert [(c[2], c[3]) for c in sdpa_calls] == [(None, True)]
+    assert_close(out, pl.attention(q, k, v, pe, pos, pos, causal=True, path="slow"))
+
+
+def test_coordinates_are_causal_in_token_order_without_a_mask(sdpa_calls):
+    pe = pl.make_encoding("sincos_2d", d_model=32, n_heads=4, max_len=64).double()
+    x = torch.randn(2, 9, 32, dtype=torch.float64)
+    mha = pl.MultiHeadAttention(32, 4, pe).double()
+    pos = pe.example_positions(2, 9)
+    out = mha(x, pos, causal=True)
+    assert [(c[2], c[3]) for c in sdpa_calls] == [(None, True)]
+    assert_close(out, mha(x, pos, causal=True, path="slow"))
+
+
+def test_a_kv_cache_run_is_aligned_to_the_last_key(sdpa_calls):
+    """Queries 7, 8 of keys 0..8 (top-left causal mode would be wrong here)."""
+    q, k, v = qkv(i=2, j=9)
+    out = pl.attention(q, k, v, causal=True, q_pos=torch.tensor([7, 8]))
+    assert not sdpa_calls[0][3]  # not is_causal: a lower-right (i, j) mask instead
+    full = pl.attention(torch.cat([k[:, :, :7], q], 2), k, v, causal=True)
+    assert_close(out, full[:, :, 7:])
+
+
+def test_positions_with_gaps_get_a_mask_from_the_positions(sdpa_calls):
+    pos = torch.tensor([0, 1, 2, 5, 6, 7, 20, 21, 22])
+    q, k, v = qkv()
+    out = pl.attention(q, k, v, q_pos=pos, k_pos=pos, causal=True)
+    assert sdpa_calls[0][2] is not None and not sdpa_calls[0][3]
+    assert_close(
+        out, pl.attention(q, k, v, q_pos=pos, k_pos=pos, causal=True, path="slow")
+    )
+
+
+def test_a_causal_bias_runs_in_blocks_that_skip_unseen_keys(sdpa_calls):
+    pe = pl.ALiBi(4).double()
+    q, k, v = qkv(b=1, i=600, j=600, d=4)
+    out = pl.attention(q, k, v, pe, causal=True)
+    keys = [c[1][2] for c in sdpa_calls]
+    assert keys == [256, 512, 600]  # block ends: each block sees only keys up to it
+    assert_close(out, pl.attention(q, k, v, pe, causal=True, path="slow"))
+
+
+# ---- the cache: keyed on positions' values and parameters' versions ------------------
+
+
+def test_a_positional_bias_is_built_once_for_equal_positions():
+    pe = CountingALiBi(4).double()
+    q, k, v = qkv()
+    first = pl.attention(q, k, v, pe, causal=True)
+    for pos in (None, torch.arange(9), torch.arange(9).expand(2, 9).clone()):
+        assert_close(pl.attention(q, k, v, pe, pos, pos, causal=True), first)
+    assert pe.built == 1  # equal positions, new tensors: one build
+    pl.attention(q, k, v, pe, torch.arange(9) + 1, torch.arange(9) + 1, causal=True)
+    pl.attention(q, k, v, pe, causal=False)
+    pl.attention(q.float(), k.float(), v.float(), pe, causal=True)
+    assert pe.built == 4  # other positions, other mask, other dtype: rebuilt
+
+
+def test_layers_of_a_model_share_one_build():
+    pe = CountingALiBi(4)
+    model = pl.TinyTransformer(13, 32, 4, n_layers=3, pe=pe)
+    with torch.no_grad():
+        model(torch.randint(13, (2, 9)), causal=True)
+    assert pe.built == 1
+
+
+def test_the_cache_follows_parameter_updates():
+    """T5's table: an in-place update (an optimiser step, load_state_dict) is seen."""
+    pe = pl.make_encoding("t5", d_model=32, n_heads=4, max_len=64).double()
+    q, k, v = qkv()
+    with torch.no_grad():
+        before = pl.attention(q, k, v, pe, causal=True)
+        pe.bias.add_(torch.randn_like(pe.bias))  # what optimizer.step() does
+        after = pl.attention(q, k, v, pe, causal=True)
+        assert not torch.allclose(before, after)
+        assert_close(after, pl.attention(q, k, v, pe, causal=True, path="slow"))
+        other = copy.deepcopy(pe)
+        other.bias.normal_()
+        pe.load_state_dict(other.state_dict())
+        assert_close(
+            pl.attention(q, k, v, pe, causal=True),
+            pl.attention(q, k, v, other, causal=True, path="slow"),
+        )
+
+
+def test_buffers_and_dtype_moves_invalidate_the_cache_too():
+    pe = pl.ALiBi(4)
+    q, k, v = qkv(dtype=torch.float32)
+    with torch.no_grad():
+        pl.attention(q, k, v, pe, causal=True)
+        pe.slopes.mul_(2.0)
+        assert_close(
+            pl.attention(q, k, v, pe, causal=True),
+            pl.attention(q, k, v, pe, causal=True, path="slow"),
+        )
+        pe.double()
+        out = pl.attention(q.double(), k.double(), v.double(), pe, causal=True)
+    assert out.dtype == torch.float64
+
+
+def test_training_gets_gradients_on_every_step_without_a_stale_graph():
+    """With grad enabled the learned bias is rebuilt each call (it carries the graph):
+    two backward passes without a step between them (gradient accumulation) work, and
+    the table's gradient equals the slow path's."""
+    grads = {}
+    for path in ("fast", "slow"):
+        torch.manual_seed(0)
+        pe = pl.make_encoding("t5", d_model=32, n_heads=4, max_len=64)
+        layers = [pl.MultiHeadAttention(32, 4, pe) for _ in range(2)]  # one table
+        x = torch.randn(2, 9, 32)
+        for _ in range(2):  # accumulate
+            h = x
+            for layer in layers:
+                h = layer(h, causal=True, path=path)
+            h.sum().backward()
+        grads[path] = pe.bias.grad
+    assert grads["fast"].abs().sum() > 0
+    assert_close(grads["fast"], grads["slow"])
+
+
+def test_cached_compares_tensors_by_value_and_skips_results_with_a_graph():
+    pe = pl.make_encoding("t5", d_model=32, n_heads=4, max_len=64)
+    calls = []
+
+    def build():
+        calls.append(1)
+        return pe.bias * 2
+
+    pos = torch.arange(5)
+    with torch.no_grad():
+        a = pe.cached("x", (pos, 3), build)
+        assert pe.cached("x", (pos.clone(), 3), build) is a and len(calls) == 1
+        pe.cached("x", (pos + 1, 3), build)
+        pe.cached("x", (pos + 1, 4), build)
+        assert len(calls) == 3
+    b = pe.cached("x", (pos + 1, 4), build)  # grad enabled: built, with its graph
+    assert b.requires_grad and len(calls) == 4
+    assert pe.cached("x", (pos + 1, 4), build) is not b and len(calls) == 5
+    assert "_cache" not in pe.state_dict() and not pe.state_dict().keys() - {"bias"}
+
+
+def test_inference_mode_results_are_not_reused_outside_it():
+    pe = pl.ALiBi(4)
+    q, k, v = qkv(dtype=torch.float32, grad=True)
+    with torch.inference_mode():
+        pl.attention(q.detach(), k.detach(), v.detach(), pe, causal=True)
+    pl.attention(q, k, v, pe, causal=True).sum().backward()  # no inference tensor
+    assert q.grad is not None
+
+
+# ---- score_mod -----------------------------------------------------------------------
+
+
+class ModOnly(pl.PositionalEncoding):
+    """A toy encoding that states its term only as a score_mod."""
+
+    def score_mod(self, q_pos, k_pos):
+        off, _, _ = relative_offsets(q_pos, k_pos)
+
+        def mod(score, b, h, q_idx, kv_idx):
+            return score - 0.1 * (h + 1) * off(b, q_idx, kv_idx).abs()
+
+        return mod
+
+
+class ModReadsCtx(pl.PositionalEncoding):
+    def score_mod(self, q_pos, k_pos, ctx=None):
+        x = ctx.need("x", "ModReadsCtx")  # (b, i, D): one number per key
+        gate = x.sum(-1)  # (b, j)
+
+        def mod(score, b, h, q_idx, kv_idx):
+            return score + gate[b, kv_idx]
+
+        return mod
+
+
+def test_score_bias_is_derived_from_a_score_mod():
+    pe = ModOnly()
+    assert pe._ctx_hooks == frozenset() and not pe.needs_score_path
+    q, k, v = qkv()
+    pos = torch.arange(9)[None].expand(2, 9)
+    rel = (pos[:, None, :] - pos[:, :, None]).abs()[:, None]  # (b, 1, i, j)
+    expected = -0.1 * torch.arange(1, 5)[None, :, None, None] * rel  # (b, h, i, j)
+    assert_close(pe.score_bias(q, k, pos, pos).expand(2, 4, 9, 9), expected.double())
+    for causal in (False, True):
+        assert_close(
+            pl.attention(q, k, v, pe, causal=causal),
+            pl.attention(q, k, v, pe, causal=causal, path="slow"),
+        )
+
+
+def test_a_score_mod_that_reads_ctx_gets_it_and_is_not_cached():
+    pe = ModReadsCtx()
+    assert pe._ctx_hooks == {"score_bias"}
+    x = torch.randn(2, 9, 5, dtype=torch.float64)
+    q, k, v = qkv()
+    fast = pl.attention(q, k, v, pe, causal=True, x=x)
+    assert_close(fast, pl.attention(q, k, v, pe, causal=True, x=x, path="slow"))
+    assert not torch.allclose(pl.attention(q, k, v, pe, causal=True, x=2 * x), fast)
+    assert "_cache" not in vars(pe)
+
+
+@pytest.mark.parametrize(
+    "q_pos, k_pos",
+    [
+        (torch.arange(9), torch.arange(9)),
+        (torch.arange(7, 9) + 3, torch.arange(9) + 3),  # a KV cache
+        (torch.tensor([[0, 2, 5], [1, 2, 3]]), torch.tensor([[0, 2, 5], [1, 2, 3]])),
+    ],
+    ids=["run", "kv-cache run", "gaps"],
+)
+def test_relative_offsets_are_key_minus_query(q_pos, k_pos):
+    q_pos, k_pos = q_pos.expand(2, -1), k_pos.expand(2, -1)
+    off, lo, hi = relative_offsets(q_pos, k_pos)
+    i, j = q_pos.shape[1], k_pos.shape[1]
+    b_, q_, k_ = (torch.arange(n).view(s) for n, s in ((2, (-1, 1, 1)), (i, (1, -1, 1)),
+                                                       (j, (1, 1, -1))))  # fmt: skip
+    expected = k_pos[:, None, :] - q_pos[:, :, None]  # (b, i, j)
+    assert torch.equal(off(b_, q_, k_).expand(2, i, j), expected)
+    assert lo <= expected.min() and expected.max() <= hi
+
+
+# ---- the flex path -------------------------------------------------------------------
+
+
+def test_flex_refuses_what_it_cannot_do_with_a_clear_error():
+    q, k, v = qkv(dtype=torch.float32)
+    shaw = pl.make_encoding("shaw", d_model=32, n_heads=4, max_len=64)
+    with pytest.raises(ValueError, match="path=.flex. cannot be used with Shaw"):
+        pl.attention(q, k, v, shaw, path="flex")
+    txl = pl.make_encoding("transformer_xl", d_model=32, n_heads=4, max_len=64)
+    with pytest.raises(ValueError, match="overrides .'score_bias'. but defines no"):
+        pl.attention(q, k, v, txl, path="flex")  # would silently drop its bias
+    with pytest.raises(ValueError, match="return_weights"):
+        pl.attention(q, k, v, path="flex", return_weights=True)
+    with pytest.raises(TypeError, match="float32, float16 or bfloat16"):
+        pl.attention(q.double(), k.double(), v.double(), path="flex")
+    with pytest.raises(ValueError, match="forward only on CPU"):
+        pl.attention(q.requires_grad_(), k, v, path="flex")
+
+
+def test_flex_equals_slow_for_runs_gaps_kv_caches_and_masks():
+    """ALiBi through every kind of call (T5 shares the offsets; the registry test
+    runs every encoding once): each kind compiles its own graph, so keep it short."""
+    pe = pl.ALiBi(4)
+    q, k, v = qkv(dtype=torch.float32, i=12, j=12)
+    gaps = torch.tensor([0, 1, 2, 5, 6, 7, 20, 21, 22, 23, 40, 41])
+    cases = [
+        dict(causal=True),
+        dict(causal=False),
+        dict(causal=True, q_pos=gaps, k_pos=gaps),
+        dict(causal=True, q_pos=torch.arange(9, 12) + 5, k_pos=torch.arange(12) + 5),
+        dict(
+            causal=True,
+            mask=(torch.rand(2, 1, 12, 12) < 0.8) | torch.eye(12, dtype=torch.bool),
+        ),
+    ]
+    with torch.no_grad():
+        for kwargs in cases:
+            q_ = q[:, :, -3:] if "k_pos" in kwargs and len(kwargs["q_pos"]) == 3 else q
+            try:
+                out = pl.attention(q_, k, v, pe, path="flex", **kwargs)
+            except RuntimeError as error:  # no compiler here: say so, do not fail
+                pytest.skip(str(error))
+            assert_close(out, pl.attention(q_, k, v, pe, path="slow", **kwargs))

@@ -1,0 +1,40 @@
+"""The helpers the chapters use: shiftable seeds, glue, printed library source."""
+
+import pytest
+
+import posenc_lib as pl
+
+
+def test_chapter_seeds_follow_the_sweep_shift(monkeypatch):
+    monkeypatch.delenv("POSENC_SEED_SHIFT", raising=False)
+    assert pl.chapter_seeds(0, 1) == [0, 1]
+    monkeypatch.setenv("POSENC_SEED_SHIFT", "100")
+    assert pl.chapter_seeds(0, 1) == [100, 101]
+    monkeypatch.setenv("POSENC_SEED_SHIFT", "x")
+    with pytest.raises(ValueError, match="POSENC_SEED_SHIFT must be an integer"):
+        pl.chapter_seeds(0)
+
+
+def test_chapter_seeds_rejects_non_integers():
+    with pytest.raises(TypeError, match="one or more int seeds"):
+        pl.chapter_seeds(0.5)
+    with pytest.raises(TypeError, match="one or more int seeds"):
+        pl.chapter_seeds()
+
+
+def test_glue_writes_the_output_myst_nb_reads(monkeypatch):
+    """Same bundle and metadata as myst_nb.glue, without importing myst-nb."""
+    import IPython.display
+    from myst_nb.ext.glue import GLUE_PREFIX, glue
+
+    seen = []
+    monkeypatch.setattr(IPython.display, "display", lambda *a, **k: seen.append((a, k)))
+    import myst_nb.ext.glue as mg
+
+    monkeypatch.setattr(mg, "ipy_display", lambda *a, **k: seen.append((a, k)))
+    pl.glue("acc", 0.9731)
+    glue("acc", 0.9731, display=False)
+    assert seen[0] == seen[1]
+    assert pl.book.GLUE_PREFIX == GLUE_PREFIX
+    with pytest.raises(ValueError, match="name must be a non-empty string"):
+        pl.glue("", 1)

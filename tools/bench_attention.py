@@ -1,0 +1,288 @@
+"""What attention costs with each encoding, on each of its paths: a benchmark.
+
+    python tools/bench_attention.py                          # n = 512 .. 4096, all
+    python tools/bench_attention.py --n 2048 --names nope rope alibi t5
+
+Reference (1.00): plain ``F.scaled_dot_product_attention(q, k, v, is_causal=True)``,
+b = 1, h = 4, d = 32, measured in the same run. Then every registered encoding on each
+path it supports (``fast``, ``slow``, ``flex``; ``auto`` marks the default one), causal,
+with the encoding's example positions and side inputs:
+
+* ``fwd``: forward under ``torch.no_grad()``, with the same positions as the previous
+  call (what the layers of a model and the steps of training see, so what a path
+  caches is reused);
+* ``fwd+bwd``: forward and backward, gradients for q, k, v and the encoding's
+  parameters (training: nothing that carries a graph is cached);
+* peak memory: what the call adds to the process's resident set at its high-water
+  mark (Linux ``/proc/self/clear_refs``; the tool re-runs itself with
+  ``MALLOC_MMAP_THRESHOLD_=65536`` so that freed buffers leave the process), and
+  ``cache``: what the encoding keeps between calls.
+
+Times are the best of interleaved repeats (reference and candidate alternate, so load
+drift hits both), one thread. A configuration whose memory, extrapolated from the
+previous n as n^2, would pass ``--max-mib`` is skipped and says so, as is the slow
+path above ``--slow-max-n`` (2048: it grows as n^2 and is the same einsum for all).
+FlexAttention on CPU has no backward: its ``fwd+bwd`` is empty there; its first call's
+compile time is reported. Writes ``tools/bench/attention_<device>.csv`` and ``.json``
+(one row per n, encoding and path) and prints the table of ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gc
+import json
+import math
+import os
+import pathlib
+import platform
+import sys
+import time
+import warnings
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MMAP_VAR = "MALLOC_MMAP_THRESHOLD_"
+B, H, D = 1, 4, 32
+
+
+def _reexec_with_mmap_threshold() -> None:
+    """Freed large buffers go back to the OS only below glibc's mmap threshold."""
+    if os.environ.get(MMAP_VAR) is None and sys.platform.startswith("linux"):
+        env = dict(os.environ, **{MMAP_VAR: "65536"})
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field))
+
+
+def peak_mib(fn) -> float:
+    """MiB the call ``fn()`` adds at its peak to the resident set (nan off Linux)."""
+    gc.collect()
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the high-water mark VmHWM to the current size
+        before = _status_kib("VmRSS")
+    except OSError:
+        fn()
+        return math.nan
+    fn()
+    return (_status_kib("VmHWM") - before) / 1024
+
+
+def best_of(fns: dict, repeats: int) -> dict:
+    """name -> best seconds; the functions run in turn, ``repeats`` rounds."""
+    best = {name: math.inf for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[512, 1024, 2048, 4096])
+    parser.add_argument("--names", nargs="+", help="encodings (default: all)")
+    parser.add_argument("--paths", nargs="+", default=["fast", "slow", "flex"])
+    parser.add_argument("--repeats", type=int, default=5, help="best of (default 5)")
+    parser.add_argument(
+        "--budget-s", type=float, default=1.5,
+        help="time one measurement may take; slow paths get fewer repeats (>= 2)",
+    )  # fmt: skip
+    parser.add_argument("--max-mib", type=float, default=3000.0)
+    parser.add_argument(
+        "--slow-max-n", type=int, default=2048,
+        help="largest n for the slow (explicit scores) path; it grows as n^2",
+    )  # fmt: skip
+    parser.add_argument("--out", type=pathlib.Path, help="CSV path (JSON beside it)")
+    args = parser.parse_args(argv)
+    _reexec_with_mmap_threshold()
+
+    import torch
+    import torch.nn.functional as F
+
+    sys.path.insert(0, str(ROOT))
+    import posenc_lib as pl
+
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+    device = pl.get_device()
+    names = args.names or sorted(pl.REGISTRY)
+    unknown = sorted(set(names) - set(pl.REGISTRY))
+    if unknown:
+        parser.error(f"unknown encodings {unknown}; registered: {sorted(pl.REGISTRY)}")
+    out = args.out or ROOT / "tools" / "bench" / f"attention_{device.type}.csv"
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    rows, last_peak, started = [], {}, time.perf_counter()
+
+    for n in sorted(args.n):
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(B, H, n, D, device=device) for _ in range(3))
+        qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+
+        def sdpa_fwd():
+            with torch.no_grad():
+                F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            sync()
+
+        def sdpa_fb():
+            F.scaled_dot_product_attention(qg, kg, vg, is_causal=True).sum().backward()
+            sync()
+
+        sdpa_fwd(), sdpa_fb()
+        base_peak = {"fwd": peak_mib(sdpa_fwd), "fb": peak_mib(sdpa_fb)}
+        for name in names:
+            pe = pl.make_encoding(name, d_model=H * D, n_heads=H, max_len=n).to(device)
+            g = torch.Generator().manual_seed(0)
+            pos = pe.example_positions(B, n, generator=g).to(device)
+            inputs = {
+                key: t.to(device)
+                for key, t in pe.example_inputs(B, n, generator=g).items()
+            }
+            x = torch.randn(B, n, H * D, device=device)
+            default = "slow" if pe.needs_score_path else "fast"
+            for path in args.paths:
+                row = dict(n=n, encoding=name, path=path, default=path == default)
+
+                def call(q_, k_, v_, path=path, pe=pe, pos=pos, inputs=inputs, x=x):
+                    return pl.attention(
+                        q_, k_, v_, pe, pos, pos, causal=True, path=path, x=x,
+                        inputs=inputs,
+                    )  # fmt: skip
+
+                key = (name, path)
+                if path == "slow" and n > args.slow_max_n:
+                    row["note"] = "skipped: slow path above --slow-max-n"
+                    rows.append(row)
+                    continue
+                if key in last_peak:  # memory grows as n^2 at most
+                    prev_n, prev_mib = last_peak[key]
+                    guess = prev_mib * (n / prev_n) ** 2
+                    if guess > args.max_mib:
+                        row["note"] = f"skipped: ~{guess:.0f} MiB > --max-mib"
+                        rows.append(row)
+                        continue
+                try:
+                    with torch.no_grad():
+                        start = time.perf_counter()
+                        call(q, k, v)  # warm-up: compile, caches
+                        first = time.perf_counter() - start
+                except (ValueError, TypeError, RuntimeError) as error:
+                    row["note"] = f"refused: {str(error).splitlines()[0][:90]}"
+                    rows.append(row)
+                    continue
+                if path == "flex":
+                    row["compile_s"] = round(first, 2)
+
+                def fwd(call=call):
+                    with torch.no_grad():
+                        call(q, k, v)
+                    sync()
+
+                def fb(call=call):
+                    call(qg, kg, vg).sum().backward()
+                    sync()
+
+                can_fb = not (path == "flex" and device.type == "cpu")
+                if can_fb:
+                    start = time.perf_counter()
+                    fb()  # warm-up
+                    t_fb = time.perf_counter() - start
+                repeats = max(
+                    2, min(args.repeats, int(args.budget_s / max(first, 1e-4)))
+                )
+                t = best_of({"ref": sdpa_fwd, "fwd": fwd}, repeats)
+                row.update(fwd_ms=1e3 * t["fwd"], fwd_x=t["fwd"] / t["ref"])
+                row["fwd_peak_mib"] = peak_mib(fwd)
+                if can_fb:
+                    repeats = max(2, min(args.repeats, int(args.budget_s / t_fb)))
+                    t = best_of({"ref": sdpa_fb, "fb": fb}, repeats)
+                    row.update(fb_ms=1e3 * t["fb"], fb_x=t["fb"] / t["ref"])
+                    row["fb_peak_mib"] = peak_mib(fb)
+                    row["fb_peak_x"] = row["fb_peak_mib"] / max(base_peak["fb"], 1e-3)
+                else:
+                    row["note"] = "no backward: FlexAttention on CPU is forward only"
+                cache = vars(pe).get("_cache", {})
+                row["cache_mib"] = (
+                    sum(
+                        e[2].numel() * e[2].element_size()
+                        for e in cache.values()
+                        if isinstance(e[2], torch.Tensor)
+                    )
+                    / 2**20
+                )
+                peaks = [row.get("fwd_peak_mib", 0), row.get("fb_peak_mib", 0)]
+                last_peak[key] = (n, max(p for p in peaks if p == p) + row["cache_mib"])
+                rows.append(row)
+                for t_ in (qg, kg, vg):
+                    t_.grad = None
+                pe.zero_grad(set_to_none=True)
+            print(f"n = {n}: {name} done ({time.perf_counter() - started:.0f} s)",
+                  file=sys.stderr)  # fmt: skip
+        rows.append(dict(n=n, encoding="sdpa (reference)", path="fused",
+                         fwd_peak_mib=base_peak["fwd"], fb_peak_mib=base_peak["fb"],
+                         fwd_x=1.0, fb_x=1.0))  # fmt: skip
+
+    fields = [
+        "n", "encoding", "path", "default", "fwd_x", "fb_x", "fwd_ms", "fb_ms",
+        "fwd_peak_mib", "fb_peak_mib", "fb_peak_x", "cache_mib", "compile_s", "note",
+    ]  # fmt: skip
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", newline="") as f:
+        writer = csv.DictWriter(f, fields)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({key: _fmt(row.get(key)) for key in fields})
+    meta = dict(
+        device=str(device),
+        machine=platform.processor() or platform.machine(),
+        cpus=os.cpu_count(),
+        threads=torch.get_num_threads(),
+        torch=torch.__version__,
+        shape=dict(b=B, h=H, d=D),
+        reference="F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+        seconds=round(time.perf_counter() - started),
+    )
+    out.with_suffix(".json").write_text(
+        json.dumps(dict(meta=meta, rows=rows), indent=1, default=str) + "\n"
+    )
+    print(table(rows))
+    print(f"\nwrote {out} and .json in {meta['seconds']} s")
+    return 0
+
+
+def _fmt(value):
+    if isinstance(value, float):
+        return "" if value != value else f"{value:.4g}"
+    return "" if value is None else value
+
+
+def table(rows) -> str:
+    """Ratios to the reference: forward and fwd+bwd time, fwd+bwd peak memory."""
+    sizes = sorted({r["n"] for r in rows})
+    keys = sorted({(r["encoding"], r["path"]) for r in rows if r["path"] != "fused"})
+    lines = [
+        "time / plain SDPA (fwd | fwd+bwd); * = default path; - = not run",
+        f"{'encoding':<16}{'path':<6}" + "".join(f"{'n=' + str(n):>16}" for n in sizes),
+    ]
+    for name, path in keys:
+        cells, star = [], ""
+        for n in sizes:
+            match = [r for r in rows if (r["encoding"], r["path"]) == (name, path)]
+            row = next((r for r in match if r["n"] == n), {})
+            star = "*" if row.get("default") else star
+            fwd, fb = row.get("fwd_x"), row.get("fb_x")
+            cell = f"{fwd:.2f}" if fwd else "-"
+            cell += f" | {fb:.2f}" if fb else " | -"
+            cells.append(f"{cell:>16}")
+        if any(c.strip() != "- | -" for c in cells):
+            lines.append(f"{name:<16}{path + star:<6}" + "".join(cells))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
