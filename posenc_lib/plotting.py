@@ -31,8 +31,8 @@ COLORS: dict[str, str] = {
 
 
 def color_for(name: str) -> str:
-    """The colour of an encoding: its own from ``COLORS`` (also for variants like ``rope_ntk``),
-    else a stable pick from matplotlib's tab20 palette."""
+    """The colour of an encoding: its own from ``COLORS`` (also for variants like
+    ``rope_ntk``), else a stable pick from matplotlib's tab20 palette."""
     if name in COLORS:
         return COLORS[name]
     for key, value in COLORS.items():
@@ -43,7 +43,8 @@ def color_for(name: str) -> str:
 
 
 def set_plot_style() -> None:
-    """Small, legible, colour-blind-friendly defaults (applied by ``posenc_lib.setup``)."""
+    """Small, legible, colour-blind-friendly defaults (applied by
+    ``posenc_lib.setup``)."""
     mpl.rcParams.update(
         {
             "figure.figsize": (6.4, 3.6),
@@ -61,13 +62,23 @@ def set_plot_style() -> None:
     )
 
 
-def heatmap(matrix: torch.Tensor, ax: plt.Axes | None = None, title: str = "", xlabel: str = "j (key)",
-            ylabel: str = "i (query)", cmap: str = "viridis", colorbar: bool = True, **kwargs) -> plt.Axes:
+def heatmap(
+    matrix: torch.Tensor,
+    ax: plt.Axes | None = None,
+    title: str = "",
+    xlabel: str = "j (key)",
+    ylabel: str = "i (query)",
+    cmap: str = "viridis",
+    colorbar: bool = True,
+    **kwargs,
+) -> plt.Axes:
     """Draw a 2-D tensor as an image with labelled axes; returns the axes."""
     if matrix.dim() != 2:
         raise ValueError(f"heatmap needs a 2-D matrix, got shape {tuple(matrix.shape)}")
     ax = ax or plt.gca()
-    im = ax.imshow(matrix.detach().float().cpu().numpy(), cmap=cmap, aspect="auto", **kwargs)
+    im = ax.imshow(
+        matrix.detach().float().cpu().numpy(), cmap=cmap, aspect="auto", **kwargs
+    )
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     ax.grid(False)
     if colorbar:

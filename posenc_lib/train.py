@@ -12,21 +12,35 @@ from .utils import check_positive_int, get_device
 
 __all__ = ["train", "evaluate", "accuracy", "Batch"]
 
-# A batch: tokens (b, n), targets (b, n) with -100 where ignored, positions (n,) or (b, n) or None.
+# A batch: tokens (b, n), targets (b, n) with -100 where ignored, positions (n,) or
+# (b, n) or None.
 Batch = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None"]
 
 
-def _loss(model: torch.nn.Module, batch: Batch, device: torch.device, causal: bool) -> torch.Tensor:
+def _loss(
+    model: torch.nn.Module, batch: Batch, device: torch.device, causal: bool
+) -> torch.Tensor:
     tokens, targets, pos = batch
     pos = None if pos is None else pos.to(device)
-    logits = model(tokens.to(device), pos, causal=causal)                      # (b, n, V)
-    return F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten(), ignore_index=-100)
+    logits = model(tokens.to(device), pos, causal=causal)  # (b, n, V)
+    return F.cross_entropy(
+        logits.flatten(0, 1), targets.to(device).flatten(), ignore_index=-100
+    )
 
 
-def train(model: torch.nn.Module, batches: Callable[[int], Batch], steps: int, lr: float = 3e-3,
-          weight_decay: float = 0.01, causal: bool = True, device: torch.device | None = None,
-          progress: bool = True, desc: str = "training") -> list[float]:
-    """Train ``model`` with AdamW on ``batches(step)`` for ``steps`` steps; return the loss per step.
+def train(
+    model: torch.nn.Module,
+    batches: Callable[[int], Batch],
+    steps: int,
+    lr: float = 3e-3,
+    weight_decay: float = 0.01,
+    causal: bool = True,
+    device: torch.device | None = None,
+    progress: bool = True,
+    desc: str = "training",
+) -> list[float]:
+    """Train ``model`` with AdamW on ``batches(step)`` for ``steps`` steps; return the
+    loss per step.
 
     The learning rate warms up linearly for 5 % of the steps, then decays with a cosine.
     """
@@ -36,9 +50,17 @@ def train(model: torch.nn.Module, batches: Callable[[int], Batch], steps: int, l
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     warmup = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + torch.cos(torch.tensor(torch.pi * s / steps)).item()))
+        opt,
+        lambda s: (
+            min(1.0, (s + 1) / warmup)
+            * 0.5
+            * (1 + torch.cos(torch.tensor(torch.pi * s / steps)).item())
+        ),
+    )
     losses = []
-    bar = tqdm(range(steps), desc=desc, disable=not progress, mininterval=1.0, leave=False)
+    bar = tqdm(
+        range(steps), desc=desc, disable=not progress, mininterval=1.0, leave=False
+    )
     for step in bar:
         loss = _loss(model, batches(step), device, causal)
         opt.zero_grad(set_to_none=True)
@@ -53,17 +75,28 @@ def train(model: torch.nn.Module, batches: Callable[[int], Batch], steps: int, l
     return losses
 
 
-def _as_batches(batches: Batch | Iterator[Batch] | list[Batch]) -> Iterator[Batch] | list[Batch]:
+def _as_batches(
+    batches: Batch | Iterator[Batch] | list[Batch],
+) -> Iterator[Batch] | list[Batch]:
     """One batch ``(tokens, targets, pos)`` or several."""
-    if isinstance(batches, tuple) and len(batches) == 3 and isinstance(batches[0], torch.Tensor):
+    if (
+        isinstance(batches, tuple)
+        and len(batches) == 3
+        and isinstance(batches[0], torch.Tensor)
+    ):
         return [batches]
     return batches
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, batches: Batch | Iterator[Batch] | list[Batch], causal: bool = True,
-             device: torch.device | None = None) -> float:
-    """Mean cross-entropy (nats per predicted token) of ``model`` over one batch or several."""
+def evaluate(
+    model: torch.nn.Module,
+    batches: Batch | Iterator[Batch] | list[Batch],
+    causal: bool = True,
+    device: torch.device | None = None,
+) -> float:
+    """Mean cross-entropy (nats per predicted token) of ``model`` over one batch
+    or several."""
     batches = _as_batches(batches)
     device = device or get_device()
     model.to(device).eval()
@@ -74,14 +107,27 @@ def evaluate(model: torch.nn.Module, batches: Batch | Iterator[Batch] | list[Bat
 
 
 @torch.no_grad()
-def accuracy(model: torch.nn.Module, batches: Batch | Iterator[Batch] | list[Batch], causal: bool = True,
-             device: torch.device | None = None) -> float:
-    """Fraction of scored targets (those != -100) that the model's most likely token gets right."""
+def accuracy(
+    model: torch.nn.Module,
+    batches: Batch | Iterator[Batch] | list[Batch],
+    causal: bool = True,
+    device: torch.device | None = None,
+) -> float:
+    """Fraction of scored targets (those != -100) that the model's most likely token
+    gets right."""
     device = device or get_device()
     model.to(device).eval()
     correct = total = 0
     for tokens, targets, pos in _as_batches(batches):
-        pred = model(tokens.to(device), None if pos is None else pos.to(device), causal=causal).argmax(-1).cpu()
+        pred = (
+            model(
+                tokens.to(device),
+                None if pos is None else pos.to(device),
+                causal=causal,
+            )
+            .argmax(-1)
+            .cpu()
+        )
         scored = targets != -100
         correct += int((pred[scored] == targets[scored]).sum())
         total += int(scored.sum())

@@ -1,4 +1,5 @@
-"""The length-extrapolation lab harness: data, protocol, determinism, undefined lengths, errors."""
+"""The length-extrapolation lab harness: data, protocol, determinism, undefined
+lengths, errors."""
 
 import math
 
@@ -11,7 +12,15 @@ from posenc_lib import lab
 
 matplotlib.use("Agg")
 
-TINY = dict(train_len=4, factors=(1, 2, 4), steps=6, batch_size=4, d_model=16, n_heads=2, eval_sequences=3)
+TINY = dict(
+    train_len=4,
+    factors=(1, 2, 4),
+    steps=6,
+    batch_size=4,
+    d_model=16,
+    n_heads=2,
+    eval_sequences=3,
+)
 CPU = torch.device("cpu")
 
 
@@ -21,17 +30,20 @@ def test_config_defaults_and_lengths():
     assert lab.LabConfig(train_len=32, factors=(1, 3)).lengths == (32, 96)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(dataset="wiki"), "dataset must be 'markov' or 'stdlib'"),
-    (dict(steps=0), "steps must be > 0"),
-    (dict(train_len=1), "train_len must be >= 2"),
-    (dict(factors=(2, 4)), "include 1"),
-    (dict(factors=(1, 4, 2)), "increasing"),
-    (dict(factors=(1, 2.5)), "ints >= 1"),
-    (dict(factors=()), "non-empty"),
-    (dict(lr=0.0), "lr must be > 0"),
-    (dict(d_model=30, n_heads=4), "divisible by n_heads"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(dataset="wiki"), "dataset must be 'markov' or 'stdlib'"),
+        (dict(steps=0), "steps must be > 0"),
+        (dict(train_len=1), "train_len must be >= 2"),
+        (dict(factors=(2, 4)), "include 1"),
+        (dict(factors=(1, 4, 2)), "increasing"),
+        (dict(factors=(1, 2.5)), "ints >= 1"),
+        (dict(factors=()), "non-empty"),
+        (dict(lr=0.0), "lr must be > 0"),
+        (dict(d_model=30, n_heads=4), "divisible by n_heads"),
+    ],
+)
 def test_bad_configs_are_clear_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         lab.LabConfig(**kwargs)
@@ -40,29 +52,41 @@ def test_bad_configs_are_clear_errors(kwargs, message):
 @pytest.mark.parametrize("dataset", ["markov", "stdlib"])
 def test_data_shapes_and_seeding(dataset):
     cfg = lab.LabConfig(dataset=dataset, corpus_chars=20_000, **TINY)
-    a, b, c = lab.make_lab_data(cfg, 0), lab.make_lab_data(cfg, 0), lab.make_lab_data(cfg, 1)
+    a, b, c = (
+        lab.make_lab_data(cfg, 0),
+        lab.make_lab_data(cfg, 0),
+        lab.make_lab_data(cfg, 1),
+    )
     assert a.train.shape == (cfg.steps * cfg.batch_size, cfg.train_len + 1)
     assert a.eval.shape == (cfg.eval_sequences, max(cfg.lengths) + 1)
-    assert torch.equal(a.train, b.train) and not torch.equal(a.train, c.train)    # training data follows the seed
-    assert torch.equal(a.eval, c.eval)                                             # the evaluation set does not
+    assert torch.equal(a.train, b.train) and not torch.equal(
+        a.train, c.train
+    )  # training data follows the seed
+    assert torch.equal(a.eval, c.eval)  # the evaluation set does not
     assert int(a.train.max()) < a.vocab_size and int(a.eval.min()) >= 0
     tokens, targets, pos = a.batches(cfg.batch_size)(1)
-    assert torch.equal(tokens[:, 1:], targets[:, :-1]) and pos is None            # targets are the next tokens
+    assert (
+        torch.equal(tokens[:, 1:], targets[:, :-1]) and pos is None
+    )  # targets are the next tokens
     assert (a.floor is None) == (dataset == "stdlib")
 
 
 def test_every_length_scores_the_same_tokens():
-    """Windows of n tokens cut from the same long sequences: w * n = B * max(n) tokens at every n."""
+    """Windows of n tokens cut from the same long sequences: w * n = B * max(n) tokens
+    at every n."""
     cfg = lab.LabConfig(**TINY)
     data = lab.make_lab_data(cfg, 0)
     model = pl.TinyTransformer(data.vocab_size, 16, 2, 1)
     for n in cfg.lengths:
         ce = lab._token_losses(model, data.eval, n, CPU)
         assert ce.shape == (cfg.eval_sequences * max(cfg.lengths) // n, n)
-    # with no positional information and windows of one token, every window sees only itself
+    # with no positional information and windows of one token, every window sees
+    # only itself
     nope = lab._token_losses(model, data.eval, 1, CPU).flatten()
     logits = model(data.eval[:, :-1].reshape(-1, 1))[:, 0]
-    expected = torch.nn.functional.cross_entropy(logits, data.eval[:, 1:].reshape(-1), reduction="none")
+    expected = torch.nn.functional.cross_entropy(
+        logits, data.eval[:, 1:].reshape(-1), reduction="none"
+    )
     torch.testing.assert_close(nope, expected.detach())
 
 
@@ -72,7 +96,9 @@ def test_run_encoding_reports_in_and_past_losses():
     assert res.lengths == (4, 8, 16) and res.train_len == 4 and res.undefined == ""
     assert set(res.loss_past) == {8, 16} and set(res.loss_mean) == {4, 8, 16}
     assert len(res.per_position) == 16
-    assert all(0 < v < 10 for v in (res.loss_in, *res.loss_past.values(), res.train_loss))
+    assert all(
+        0 < v < 10 for v in (res.loss_in, *res.loss_past.values(), res.train_loss)
+    )
     assert res.rise(16) == pytest.approx(res.loss_past[16] - res.loss_in)
 
 
@@ -86,16 +112,22 @@ def test_learned_table_is_undefined_past_the_training_length():
 
 def test_runs_are_deterministic_and_summaries_average_seeds():
     cfg = lab.LabConfig(**TINY)
-    first = lab.run_lab(["nope", "sinusoidal"], cfg, seeds=(0, 1), device=CPU, verbose=False)
-    again = lab.run_lab(["nope", "sinusoidal"], cfg, seeds=(0, 1), device=CPU, verbose=False)
+    first = lab.run_lab(
+        ["nope", "sinusoidal"], cfg, seeds=(0, 1), device=CPU, verbose=False
+    )
+    again = lab.run_lab(
+        ["nope", "sinusoidal"], cfg, seeds=(0, 1), device=CPU, verbose=False
+    )
     assert [r.loss_past for r in first] == [r.loss_past for r in again]
     summary = lab.summarize(first)
     rows = [r for r in first if r.encoding == "nope"]
-    assert summary["nope"][16] == pytest.approx((rows[0].rise(16) + rows[1].rise(16)) / 2)
+    assert summary["nope"][16] == pytest.approx(
+        (rows[0].rise(16) + rows[1].rise(16)) / 2
+    )
     table = lab.format_table(first)
     assert "nope" in table and "sinusoidal" in table and "[0, 1]" in table
     ax = lab.plot_lab(first, floor=0.5)
-    assert len(ax.lines) == 2 + 2                          # two encodings, the floor and the L marker
+    assert len(ax.lines) == 2 + 2  # two encodings, the floor and the L marker
 
 
 def test_unknown_names_and_empty_lists_are_clear_errors():
@@ -111,7 +143,11 @@ def test_unknown_names_and_empty_lists_are_clear_errors():
 def test_every_registered_encoding_runs_in_the_harness():
     cfg = lab.LabConfig(**{**TINY, "steps": 2})
     data = lab.make_lab_data(cfg, 0)
-    for name in sorted(pl.REGISTRY):
+    names = lab.sequence_encodings()
+    assert {"nope", "rope", "alibi", "t5"} <= set(names)
+    for name in names:
         res = lab.run_encoding(name, cfg, data, device=CPU)
         assert math.isfinite(res.loss_in), name
-        assert res.undefined or all(math.isfinite(v) for v in res.loss_past.values()), name
+        assert res.undefined or all(math.isfinite(v) for v in res.loss_past.values()), (
+            name
+        )

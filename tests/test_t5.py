@@ -1,4 +1,5 @@
-"""T5 relative bias: bucket properties, parity with Hugging Face (committed golden vectors), the encoding."""
+"""T5 relative bias: bucket properties, parity with Hugging Face (committed golden
+vectors), the encoding."""
 
 import json
 import math
@@ -10,33 +11,44 @@ from torch.testing import assert_close
 
 import posenc_lib as pl
 
-GOLDEN = json.loads((pathlib.Path(__file__).parent / "golden" / "t5_buckets_hf.json").read_text())
+GOLDEN = json.loads(
+    (pathlib.Path(__file__).parent / "golden" / "t5_buckets_hf.json").read_text()
+)
 
 
 @pytest.mark.parametrize("bidirectional", [True, False])
 def test_buckets_are_monotone_in_distance_on_each_side(bidirectional):
-    past = pl.t5_relative_bucket(-torch.arange(0, 1000), bidirectional)       # offsets 0, -1, -2, ...
+    past = pl.t5_relative_bucket(
+        -torch.arange(0, 1000), bidirectional
+    )  # offsets 0, -1, -2, ...
     assert (past.diff() >= 0).all()
     if bidirectional:
         future = pl.t5_relative_bucket(torch.arange(1, 1000), bidirectional)
         assert (future.diff() >= 0).all() and past.max() == 15
-        assert future.min() == 17       # bucket 16 ("future, distance 0") is never used: offset 0 sits in the lower half
+        # bucket 16 ("future, distance 0") is never used: offset 0 sits in the
+        # lower half
+        assert future.min() == 17
 
 
 @pytest.mark.parametrize("bidirectional, exact", [(True, 8), (False, 16)])
-def test_small_offsets_are_exact_then_buckets_widen_logarithmically(bidirectional, exact):
+def test_small_offsets_are_exact_then_buckets_widen_logarithmically(
+    bidirectional, exact
+):
     n = torch.arange(0, 200)
     buckets = pl.t5_relative_bucket(-n, bidirectional)
-    assert_close(buckets[:exact], n[:exact])                                     # one bucket per distance
-    assert buckets[exact] == exact and buckets[exact + 1] == exact               # then shared buckets
+    assert_close(buckets[:exact], n[:exact])  # one bucket per distance
+    assert (
+        buckets[exact] == exact and buckets[exact + 1] == exact
+    )  # then shared buckets
     half = 16 if bidirectional else 32
-    # the first distance of each log bucket b is about max_exact * (max_distance/max_exact)^((b-max_exact)/(half-max_exact))
+    # the first distance of each log bucket b is about
+    # max_exact * (max_distance/max_exact)^((b-max_exact)/(half-max_exact))
     for b in range(exact + 1, half):
         first = int(n[buckets == b][0])
         predicted = exact * (128 / exact) ** ((b - exact) / (half - exact))
         assert math.ceil(predicted - 1e-4) == first
-    widths = torch.bincount(buckets)[exact:half - 1]                            # widths of the log buckets
-    assert widths[-1] > 4 * widths[0]                                            # (rounding makes them only roughly monotone)
+    widths = torch.bincount(buckets)[exact : half - 1]  # widths of the log buckets
+    assert widths[-1] > 4 * widths[0]  # (rounding makes them only roughly monotone)
 
 
 @pytest.mark.parametrize("bidirectional, last_start", [(True, 91), (False, 113)])
@@ -45,7 +57,10 @@ def test_saturates_at_max_distance_and_a_little_before(bidirectional, last_start
     far = pl.t5_relative_bucket(-torch.arange(128, 100_000, 97), bidirectional)
     assert (far == half - 1).all()
     assert pl.t5_relative_bucket(torch.tensor(-last_start), bidirectional) == half - 1
-    assert pl.t5_relative_bucket(torch.tensor(-(last_start - 1)), bidirectional) == half - 2
+    assert (
+        pl.t5_relative_bucket(torch.tensor(-(last_start - 1)), bidirectional)
+        == half - 2
+    )
 
 
 def test_causal_mode_sends_the_future_to_bucket_zero_and_bidirectional_separates_it():
@@ -55,10 +70,20 @@ def test_causal_mode_sends_the_future_to_bucket_zero_and_bidirectional_separates
     assert both.tolist() == [3, 19]
 
 
-@pytest.mark.parametrize("case", GOLDEN["cases"], ids=lambda c: f"bi={c['bidirectional']}-nb={c['num_buckets']}-md={c['max_distance']}")
+@pytest.mark.parametrize(
+    "case",
+    GOLDEN["cases"],
+    ids=lambda c: (
+        f"bi={c['bidirectional']}-nb={c['num_buckets']}-md={c['max_distance']}"
+    ),
+)
 def test_parity_with_hugging_face(case):
-    ours = pl.t5_relative_bucket(torch.tensor(GOLDEN["offsets"]), case["bidirectional"], case["num_buckets"],
-                                 case["max_distance"])
+    ours = pl.t5_relative_bucket(
+        torch.tensor(GOLDEN["offsets"]),
+        case["bidirectional"],
+        case["num_buckets"],
+        case["max_distance"],
+    )
     assert ours.tolist() == case["buckets"]
 
 
@@ -67,11 +92,16 @@ def test_bias_matches_hugging_face_compute_bias_with_a_kv_cache():
     pe = pl.T5RelativeBias(n_heads=4).double()
     with torch.no_grad():
         pe.bias.copy_(torch.tensor(g["table"], dtype=torch.float64))
-    q_pos = torch.arange(g["past_seen_tokens"], g["past_seen_tokens"] + g["query_length"])[None]
+    q_pos = torch.arange(
+        g["past_seen_tokens"], g["past_seen_tokens"] + g["query_length"]
+    )[None]
     k_pos = torch.arange(g["key_length"])[None]
     q = torch.zeros(1, 4, g["query_length"], 4, dtype=torch.float64)
     k = torch.zeros(1, 4, g["key_length"], 4, dtype=torch.float64)
-    assert_close(pe.score_bias(q, k, q_pos, k_pos)[0], torch.tensor(g["bias"], dtype=torch.float64))
+    assert_close(
+        pe.score_bias(q, k, q_pos, k_pos)[0],
+        torch.tensor(g["bias"], dtype=torch.float64),
+    )
 
 
 def test_bias_depends_only_on_the_offset_and_is_added_to_unscaled_scores():
@@ -80,9 +110,9 @@ def test_bias_depends_only_on_the_offset_and_is_added_to_unscaled_scores():
     q, k, v = (torch.randn(1, 4, 10, 8, dtype=torch.float64) for _ in range(3))
     pos = torch.arange(10)[None]
     bias = pe.score_bias(q, k, pos, pos)
-    assert_close(bias, pe.score_bias(q, k, pos + 37, pos + 37))                  # shift-invariant
+    assert_close(bias, pe.score_bias(q, k, pos + 37, pos + 37))  # shift-invariant
     _, w = pl.attention(q, k, v, pe, pos, pos, return_weights=True)
-    assert_close(w, (q @ k.transpose(-1, -2) + bias).softmax(-1))              # no 1/sqrt(d)
+    assert_close(w, (q @ k.transpose(-1, -2) + bias).softmax(-1))  # no 1/sqrt(d)
 
 
 def test_per_batch_positions_give_per_batch_biases():
@@ -113,4 +143,9 @@ def test_bad_arguments_are_clear_errors():
     with pytest.raises(TypeError, match="bidirectional must be a bool"):
         pl.t5_relative_bucket(torch.tensor([1]), bidirectional="yes")
     with pytest.raises(ValueError, match="built for n_heads=4"):
-        pl.T5RelativeBias(4).score_bias(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4), torch.arange(3)[None], torch.arange(3)[None])
+        pl.T5RelativeBias(4).score_bias(
+            torch.zeros(1, 2, 3, 4),
+            torch.zeros(1, 2, 3, 4),
+            torch.arange(3)[None],
+            torch.arange(3)[None],
+        )

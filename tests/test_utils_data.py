@@ -10,7 +10,11 @@ import posenc_lib as pl
 
 
 def test_check_shape_returns_sizes_and_names_the_axis():
-    assert pl.check_shape(torch.zeros(2, 5, 8), "b n D", name="x", D=8) == {"b": 2, "n": 5, "D": 8}
+    assert pl.check_shape(torch.zeros(2, 5, 8), "b n D", name="x", D=8) == {
+        "b": 2,
+        "n": 5,
+        "D": 8,
+    }
     with pytest.raises(ValueError, match="axis 'D'"):
         pl.check_shape(torch.zeros(2, 5, 8), "b n D", name="x", D=6)
     with pytest.raises(ValueError, match="x must have shape"):
@@ -57,8 +61,12 @@ def test_stdlib_corpus_round_trips():
 
 
 def test_copy_offset_batch_targets_are_the_tokens_k_back():
-    tokens, targets, pos = pl.copy_offset_batch(2, 10, 3, 7, torch.Generator().manual_seed(0), start=20)
-    assert torch.equal(targets[:, 3:], tokens[:, :-3]) and (targets[:, :3] == -100).all()
+    tokens, targets, pos = pl.copy_offset_batch(
+        2, 10, 3, 7, torch.Generator().manual_seed(0), start=20
+    )
+    assert (
+        torch.equal(targets[:, 3:], tokens[:, :-3]) and (targets[:, :3] == -100).all()
+    )
     assert torch.equal(pos, torch.arange(20, 30))
     with pytest.raises(ValueError, match="k \\(10\\) must be smaller than length"):
         pl.copy_offset_batch(2, 10, 10, 7, torch.Generator())
@@ -74,25 +82,36 @@ def test_training_reduces_the_loss():
         return seq[:, :-1], seq[:, 1:], None
 
     model = pl.TinyTransformer(4, d_model=16, n_heads=2, n_layers=1)
-    losses = pl.train(model, batches, steps=60, lr=1e-2, device=torch.device("cpu"), progress=False)
+    losses = pl.train(
+        model, batches, steps=60, lr=1e-2, device=torch.device("cpu"), progress=False
+    )
     assert sum(losses[-10:]) / 10 < losses[0] - 0.2
     assert pl.evaluate(model, [batches(0)], device=torch.device("cpu")) < losses[0]
 
 
 def test_accuracy_counts_only_scored_targets():
     class Oracle(torch.nn.Module):
-        """Predicts the token 3 back, i.e. the copy task's answer, except at position 5."""
+        """Predicts the token 3 back, i.e. the copy task's answer, except at
+        position 5."""
 
         def forward(self, tokens, pos=None, causal=True):
             out = torch.full((*tokens.shape, 7), -1.0)
             out[:, 3:].scatter_(-1, tokens[:, :-3, None], 1.0)
             out[:, 5] = 0.0
-            out[torch.arange(len(tokens)), 5, (tokens[:, 2] + 1) % 7] = 1.0   # wrong on purpose at position 5
+            out[torch.arange(len(tokens)), 5, (tokens[:, 2] + 1) % 7] = (
+                1.0  # wrong on purpose at position 5
+            )
             return out
 
     batch = pl.copy_offset_batch(4, 10, 3, 7, torch.Generator().manual_seed(0))
-    assert pl.accuracy(Oracle(), batch, device=torch.device("cpu")) == 6 / 7      # 7 scored positions, 1 wrong
+    assert (
+        pl.accuracy(Oracle(), batch, device=torch.device("cpu")) == 6 / 7
+    )  # 7 scored positions, 1 wrong
     assert pl.accuracy(Oracle(), [batch, batch], device=torch.device("cpu")) == 6 / 7
     with pytest.raises(ValueError, match="no scored target"):
         tokens, targets, pos = batch
-        pl.accuracy(Oracle(), (tokens, torch.full_like(targets, -100), pos), device=torch.device("cpu"))
+        pl.accuracy(
+            Oracle(),
+            (tokens, torch.full_like(targets, -100), pos),
+            device=torch.device("cpu"),
+        )

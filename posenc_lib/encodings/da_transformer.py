@@ -1,15 +1,18 @@
-"""DA-Transformer (Wu, Wu and Huang, 2021): ReLU'd scores re-weighted by a learnable sigmoid of distance.
+"""DA-Transformer (Wu, Wu and Huang, 2021): ReLU'd scores re-weighted by a learnable
+sigmoid of distance.
 
-For head h with learnable scalars w_h and v_h, and R_ij = |i - j| (symmetric: no direction):
+For head h with learnable scalars w_h and v_h, and R_ij = |i - j| (symmetric:
+no direction):
 
     R^_hij = f(w_h R_ij; v_h),     f(x; v) = (1 + e^v) / (1 + e^(v - x))
     omega_hij = ReLU(q_hi . k_hj) * R^_hij / sqrt(d)
 
-f(0) = 1, f -> 0 as x -> -inf, f -> 1 + e^v as x -> +inf, and f increases with x, so w_h < 0
-favours near keys and w_h > 0 far ones, up to a factor 1 + e^(v_h). The 1/sqrt(d) is the usual
-one (ReLU(s x) = s ReLU(x) for s > 0, so scaling before or after the ReLU is the same). The
-re-weighting needs the scores themselves, so it lives in ``transform_scores``; the causal mask
-is applied after it, by ``attention_weights``. ``w = v = 0`` at initialisation, where R^ = 1.
+f(0) = 1, f -> 0 as x -> -inf, f -> 1 + e^v as x -> +inf, and f increases with x, so
+w_h < 0 favours near keys and w_h > 0 far ones, up to a factor 1 + e^(v_h). The
+1/sqrt(d) is the usual one (ReLU(s x) = s ReLU(x) for s > 0, so scaling before or after
+the ReLU is the same). The re-weighting needs the scores themselves, so it lives in
+``transform_scores``; the causal mask is applied after it, by ``attention_weights``.
+``w = v = 0`` at initialisation, where R^ = 1.
 """
 
 from __future__ import annotations
@@ -27,10 +30,15 @@ __all__ = ["DATransformer", "da_sigmoid"]
 def da_sigmoid(x: torch.Tensor, v: torch.Tensor | float) -> torch.Tensor:
     """The learnable sigmoid ``f(x; v) = (1 + e^v) / (1 + e^(v - x))``, computed stably.
 
-    Written as ``(1 + e^v) * sigmoid(x - v)``, which is the same function without overflow.
+    Written as ``(1 + e^v) * sigmoid(x - v)``, which is the same function
+    without overflow.
     """
     x = torch.as_tensor(x)
-    v = torch.as_tensor(v, dtype=x.dtype if x.is_floating_point() else torch.get_default_dtype(), device=x.device)
+    v = torch.as_tensor(
+        v,
+        dtype=x.dtype if x.is_floating_point() else torch.get_default_dtype(),
+        device=x.device,
+    )
     if not x.is_floating_point():
         x = x.to(v.dtype)
     # (1 + e^v) / (1 + e^(v - x)) = (1 + e^v) * sigmoid(x - v)
@@ -38,13 +46,18 @@ def da_sigmoid(x: torch.Tensor, v: torch.Tensor | float) -> torch.Tensor:
 
 
 class DATransformer(PositionalEncoding):
-    """``ReLU(q.k) / sqrt(d) * f(w_h |i - j|; v_h)``, with per-head learnable ``w`` and ``v``."""
+    """``ReLU(q.k) / sqrt(d) * f(w_h |i - j|; v_h)``, with per-head learnable ``w``
+    and ``v``."""
 
     four_terms = {
-        "content-content": "kept, ReLU'd and multiplied by a learned sigmoid of w_h |i-j|",
+        "content-content": (
+            "kept, ReLU'd and multiplied by a learned sigmoid of w_h |i-j|"
+        ),
         "content-position": "dropped",
         "position-content": "dropped",
-        "position-position": "dropped (position acts only through the factor f(w_h |i-j|; v_h))",
+        "position-position": (
+            "dropped (position acts only through the factor f(w_h |i-j|; v_h))"
+        ),
     }
 
     def __init__(self, n_heads: int):
@@ -54,16 +67,24 @@ class DATransformer(PositionalEncoding):
         self.v = nn.Parameter(torch.zeros(n_heads))
 
     def coefficients(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-        """``(b, i), (b, j) -> (b|1, h, i, j)``: the re-scaled coefficient matrices R^."""
+        """``(b, i), (b, j) -> (b|1, h, i, j)``: the re-scaled coefficient
+        matrices R^."""
         if bool((q_pos == q_pos[:1]).all() and (k_pos == k_pos[:1]).all()):
             q_pos, k_pos = q_pos[:1], k_pos[:1]
-        dist = (k_pos[:, None, :] - q_pos[:, :, None]).abs()                       # (b|1, i, j): |i - j|
-        x = self.w[None, :, None, None] * dist[:, None].to(self.w.dtype)           # (b|1, h, i, j): w_h R
+        dist = (k_pos[:, None, :] - q_pos[:, :, None]).abs()  # (b|1, i, j): |i - j|
+        x = self.w[None, :, None, None] * dist[:, None].to(
+            self.w.dtype
+        )  # (b|1, h, i, j): w_h R
         return da_sigmoid(x, self.v[None, :, None, None])
 
-    def transform_scores(self, scores: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    def transform_scores(
+        self, scores: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+    ) -> torch.Tensor:
         if scores.shape[1] != self.n_heads:
-            raise ValueError(f"scores have {scores.shape[1]} heads, but this DATransformer was built for n_heads={self.n_heads}")
+            raise ValueError(
+                f"scores have {scores.shape[1]} heads, but this DATransformer was "
+                f"built for n_heads={self.n_heads}"
+            )
         # omega = ReLU(s q.k) * R^ = ReLU(q.k) * R^ / sqrt(d)
         return torch.relu(scores) * self.coefficients(q_pos, k_pos).to(scores.dtype)
 

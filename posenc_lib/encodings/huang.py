@@ -1,23 +1,27 @@
-"""Huang et al. (2020), methods 1-4: four ways to let a relative-position table a_ij interact with q and k.
+"""Huang et al. (2020), methods 1-4: four ways to let a relative-position table a_ij
+interact with q and k.
 
-All four index a table by the offset ``j - i`` (key - query), clipped to ``[-K, K]`` (method 1
-uses ``|j - i|`` clipped to ``[0, K]``). ``K = max_len - 1`` by default, so inside the training
-length nothing is clipped, which is the paper's unclipped table ``w_{1-k} .. w_{k-1}`` for
-sequences of length ``k``; past it we clip, as Shaw et al. do, rather than fail. One table is
-shared by all heads (as in Hugging Face's ``relative_key_query``, its port of method 4) and, in
-``TinyTransformer``, by all layers. ``s = 1/sqrt(d)`` multiplies every term, as in the paper.
+All four index a table by the offset ``j - i`` (key - query), clipped to ``[-K, K]``
+(method 1 uses ``|j - i|`` clipped to ``[0, K]``). ``K = max_len - 1`` by default, so
+inside the training length nothing is clipped, which is the paper's unclipped table
+``w_{1-k} .. w_{k-1}`` for sequences of length ``k``; past it we clip, as Shaw et al.
+do, rather than fail. One table is shared by all heads (as in Hugging Face's
+``relative_key_query``, its port of method 4) and, in ``TinyTransformer``, by all
+layers. ``s = 1/sqrt(d)`` multiplies every term, as in the paper.
 
-    method 1:  omega_ij = s (q_i . k_j) w_{|j-i|}                  w_r scalar      transform_scores
-    method 2:  omega_ij = s (q_i . k_j) w_{j-i}                    w_r scalar      transform_scores
-    method 3:  omega_ij = s sum_c q_ic k_jc w_{j-i,c}              w_r in R^d      score_bias
-    method 4:  omega_ij = s (q_i . k_j + q_i . a_ij + k_j . a_ij)  a_ij = w_{j-i}  score_bias
+    method 1:  omega_ij = s (q_i . k_j) w_{|j-i|}                  w_r scalar
+    method 2:  omega_ij = s (q_i . k_j) w_{j-i}                    w_r scalar
+    method 3:  omega_ij = s sum_c q_ic k_jc w_{j-i,c}              w_r in R^d
+    method 4:  omega_ij = s (q_i . k_j + q_i . a_ij + k_j . a_ij)  a_ij = w_{j-i}
 
-Why these hooks: methods 1-2 multiply the whole score by a number that depends only on
-positions, which is exactly what ``transform_scores`` sees. Method 3 weights each dimension of
-the product separately, so it needs q and k themselves; it is written as the exact additive
-correction ``score_bias = s sum_c q_ic k_jc (w_{j-i,c} - 1)``, which turns ``s q.k`` into the
-method-3 score (and keeps the fused fast path). Method 4 is additive already. Scalars and the
-method-3 vectors start at 1 (plain attention); method 4's table starts near 0.
+Methods 1-2 use the hook ``transform_scores``, methods 3-4 ``score_bias``. Why these
+hooks: methods 1-2 multiply the whole score by a number that depends only on positions,
+which is exactly what ``transform_scores`` sees. Method 3 weights each dimension of the
+product separately, so it needs q and k themselves; it is written as the exact additive
+correction ``score_bias = s sum_c q_ic k_jc (w_{j-i,c} - 1)``, which turns ``s q.k``
+into the method-3 score (and keeps the fused fast path). Method 4 is additive already.
+Scalars and the method-3 vectors start at 1 (plain attention); method 4's table starts
+near 0.
 """
 
 from __future__ import annotations
@@ -31,70 +35,111 @@ from ..base import PositionalEncoding
 from ..registry import register
 from ..utils import check_nonnegative_int, check_positive_int
 
-__all__ = ["HuangMethod1", "HuangMethod2", "HuangMethod3", "HuangMethod4", "huang_relative_index", "huang_method"]
+__all__ = [
+    "HuangMethod1",
+    "HuangMethod2",
+    "HuangMethod3",
+    "HuangMethod4",
+    "huang_relative_index",
+    "huang_method",
+]
 
 
-def huang_relative_index(q_pos: torch.Tensor, k_pos: torch.Tensor, max_distance: int,
-                         directional: bool = True) -> torch.Tensor:
+def huang_relative_index(
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    max_distance: int,
+    directional: bool = True,
+) -> torch.Tensor:
     """Positions ``(b, i)``, ``(b, j)`` -> table rows ``(b, i, j)``.
 
-    Directional: ``clip(j - i, -K, K) + K`` in ``[0, 2K]``; otherwise ``min(|j - i|, K)`` in ``[0, K]``.
+    Directional: ``clip(j - i, -K, K) + K`` in ``[0, 2K]``; otherwise
+    ``min(|j - i|, K)`` in ``[0, K]``.
     """
     check_nonnegative_int(max_distance, "max_distance")
     for name, t in (("q_pos", q_pos), ("k_pos", k_pos)):
         if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.is_floating_point():
-            raise ValueError(f"{name} must be an integer tensor of shape (b, n), got {getattr(t, 'shape', t)}")
-    rel = k_pos[:, None, :] - q_pos[:, :, None]                               # (b, i, j): key - query
+            raise ValueError(
+                f"{name} must be an integer tensor of shape (b, n), got "
+                f"{getattr(t, 'shape', t)}"
+            )
+    rel = k_pos[:, None, :] - q_pos[:, :, None]  # (b, i, j): key - query
     if directional:
         return rel.clamp(-max_distance, max_distance) + max_distance
     return rel.abs().clamp(max=max_distance)
 
 
 class _HuangTable(PositionalEncoding):
-    """A table ``w`` of ``width``-vectors indexed by the (clipped) offset; the methods differ in its use."""
+    """A table ``w`` of ``width``-vectors indexed by the (clipped) offset; the methods
+    differ in its use."""
 
     method: int = 0
 
     def __init__(self, max_distance: int, width: int, directional: bool, init: str):
         super().__init__()
         check_nonnegative_int(max_distance, "max_distance")
-        self.max_distance, self.width, self.directional = max_distance, check_positive_int(width, "width"), directional
+        self.max_distance, self.width, self.directional = (
+            max_distance,
+            check_positive_int(width, "width"),
+            directional,
+        )
         rows = 2 * max_distance + 1 if directional else max_distance + 1
-        start = torch.ones(rows, width) if init == "ones" else 0.02 * torch.randn(rows, width)
-        self.w = nn.Parameter(start)                                                 # (R, width)
+        start = (
+            torch.ones(rows, width)
+            if init == "ones"
+            else 0.02 * torch.randn(rows, width)
+        )
+        self.w = nn.Parameter(start)  # (R, width)
 
     def _index(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-        if bool((q_pos == q_pos[:1]).all() and (k_pos == k_pos[:1]).all()):  # one (i, j) index for the batch
-            q_pos, k_pos = q_pos[:1], k_pos[:1]
-        return huang_relative_index(q_pos, k_pos, self.max_distance, self.directional)  # (b|1, i, j)
+        """``(b|1, i, j)`` table rows, built once per positions (``cached``)."""
+        config = (self.max_distance, self.directional)
+
+        def build():
+            qp, kp = q_pos, k_pos
+            if bool((qp == qp[:1]).all() and (kp == kp[:1]).all()):
+                qp, kp = qp[:1], kp[:1]  # one (i, j) index for the batch
+            return huang_relative_index(qp, kp, *config)
+
+        return self.cached("index", (q_pos, k_pos, *config), build, params=False)
 
     def _scale(self, d: int) -> float:
         return self.scale if self.scale is not None else 1.0 / math.sqrt(d)
 
     def _check_width(self, q: torch.Tensor) -> None:
         if q.shape[-1] != self.width:
-            raise ValueError(f"q has head dimension {q.shape[-1]}, but this {type(self).__name__} was built for d_head={self.width}")
+            raise ValueError(
+                f"q has head dimension {q.shape[-1]}, but this {type(self).__name__} "
+                f"was built for d_head={self.width}"
+            )
 
     def extra_repr(self) -> str:
-        return f"method={self.method}, max_distance={self.max_distance}, width={self.width}"
+        return (
+            f"method={self.method}, max_distance={self.max_distance}, "
+            f"width={self.width}"
+        )
 
 
 class _HuangScalar(_HuangTable):
-    """Methods 1 and 2: the (scaled) score times a learned scalar that depends on the offset."""
+    """Methods 1 and 2: the (scaled) score times a learned scalar that depends on
+    the offset."""
 
     directional: bool = True
 
     def __init__(self, max_distance: int):
         super().__init__(max_distance, 1, self.directional, init="ones")
 
-    def transform_scores(self, scores: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    def transform_scores(
+        self, scores: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+    ) -> torch.Tensor:
         # omega_ij = (s q_i . k_j) * w_r
-        a = self.w[self._index(q_pos, k_pos), 0]                                   # (b|1, i, j)
-        return scores * a[:, None].to(scores.dtype)                                 # (b, h, i, j)
+        a = self.w[self._index(q_pos, k_pos), 0]  # (b|1, i, j)
+        return scores * a[:, None].to(scores.dtype)  # (b, h, i, j)
 
 
 class HuangMethod1(_HuangScalar):
-    """Method 1: ``s (q_i . k_j) w_{|j-i|}``, one learned scalar per distance (no direction)."""
+    """Method 1: ``s (q_i . k_j) w_{|j-i|}``, one learned scalar per distance
+    (no direction)."""
 
     method, directional = 1, False
     four_terms = {
@@ -118,7 +163,8 @@ class HuangMethod2(_HuangScalar):
 
 
 class HuangMethod3(_HuangTable):
-    """Method 3: ``s sum_c q_ic k_jc w_{j-i,c}``, each dimension of ``q_i * k_j`` weighted by offset."""
+    """Method 3: ``s sum_c q_ic k_jc w_{j-i,c}``, each dimension of ``q_i * k_j``
+    weighted by offset."""
 
     method = 3
     four_terms = {
@@ -131,15 +177,23 @@ class HuangMethod3(_HuangTable):
     def __init__(self, max_distance: int, d_head: int):
         super().__init__(max_distance, d_head, True, init="ones")
 
-    def score_bias(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    def score_bias(
+        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+    ) -> torch.Tensor:
         self._check_width(q)
-        a = self.w[self._index(q_pos, k_pos)].to(q.dtype).expand(q.shape[0], -1, -1, -1)   # (b, i, j, d)
-        # s sum_c q_ic k_jc (a_ijc - 1): added to s q.k it gives the method-3 score. O(n^2 d) memory.
-        return self._scale(q.shape[-1]) * torch.einsum("bhic,bhjc,bijc->bhij", q, k, a - 1)
+        a = (
+            self.w[self._index(q_pos, k_pos)].to(q.dtype).expand(q.shape[0], -1, -1, -1)
+        )  # (b, i, j, d)
+        # s sum_c q_ic k_jc (a_ijc - 1): added to s q.k it gives the method-3 score.
+        # O(n^2 d) memory.
+        return self._scale(q.shape[-1]) * torch.einsum(
+            "bhic,bhjc,bijc->bhij", q, k, a - 1
+        )
 
 
 class HuangMethod4(_HuangTable):
-    """Method 4: ``s (q_i . a_ij + k_j . a_ij)`` added to ``s q_i . k_j``, with ``a_ij = w_{j-i}``."""
+    """Method 4: ``s (q_i . a_ij + k_j . a_ij)`` added to ``s q_i . k_j``, with
+    ``a_ij = w_{j-i}``."""
 
     method = 4
     four_terms = {
@@ -152,15 +206,20 @@ class HuangMethod4(_HuangTable):
     def __init__(self, max_distance: int, d_head: int):
         super().__init__(max_distance, d_head, True, init="normal")
 
-    def score_bias(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    def score_bias(
+        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+    ) -> torch.Tensor:
         self._check_width(q)
         b, h, i, _ = q.shape
         j = k.shape[2]
-        idx = self._index(q_pos, k_pos)                                            # (b|1, i, j)
+        idx = self._index(q_pos, k_pos)  # (b|1, i, j)
         w = self.w.to(q.dtype)
-        # q_i . w_r for every row r, then pick r = idx(i, j): no (i, j, d) tensor is built
-        qa = torch.gather(q @ w.T, -1, idx[:, None].expand(b, h, i, j))            # (b, h, i, j)
-        ka = torch.gather(k @ w.T, -1, idx.transpose(1, 2)[:, None].expand(b, h, j, i))  # (b, h, j, i)
+        # q_i . w_r for every row r, then pick r = idx(i, j): no (i, j, d) tensor
+        # is built
+        qa = torch.gather(q @ w.T, -1, idx[:, None].expand(b, h, i, j))  # (b, h, i, j)
+        ka = torch.gather(
+            k @ w.T, -1, idx.transpose(1, 2)[:, None].expand(b, h, j, i)
+        )  # (b, h, j, i)
         return self._scale(q.shape[-1]) * (qa + ka.transpose(-1, -2))
 
 
@@ -179,6 +238,7 @@ def huang_method(method: int, *, d_head: int, max_distance: int) -> _HuangTable:
 def _factory(method: int):
     def make(*, d_model: int, n_heads: int, max_len: int) -> _HuangTable:
         return huang_method(method, d_head=d_model // n_heads, max_distance=max_len - 1)
+
     return make
 
 

@@ -13,7 +13,8 @@ __all__ = ["NoPE"]
 
 
 class NoPE(PositionalEncoding):
-    """No positional information: the base class's identity hooks, under its own name."""
+    """No positional information: the base class's identity hooks, under its
+    own name."""
 
     four_terms = {
         "content-content": "kept",

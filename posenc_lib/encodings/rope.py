@@ -1,23 +1,27 @@
 """Rotary position embedding (RoPE, Su et al. 2021) and its frequency scalings.
 
-A query or key at integer position m is rotated, pair by pair, by the angles m * theta_i:
+A query or key at integer position m is rotated, pair by pair, by the angles
+m * theta_i:
 
-    theta_i = base^(-2i/d),   i = 0 .. d/2 - 1      (0-based; RoFormer writes i = 1 .. d/2 with 2(i-1))
+    theta_i = base^(-2i/d),   i = 0 .. d/2 - 1
+              (0-based; RoFormer writes i = 1 .. d/2 with 2(i-1))
 
-so that (R_m q) . (R_n k) = q . R_(n-m) k depends on the offset n - m only. Two layouts pair
-the d coordinates differently (both rotate pair i by theta_i):
+so that (R_m q) . (R_n k) = q . R_(n-m) k depends on the offset n - m only. Two layouts
+pair the d coordinates differently (both rotate pair i by theta_i):
 
-* ``"interleaved"``: pairs (2i, 2i+1): RoFormer, GPT-J (``rotate_every_two``), torchscale.
+* ``"interleaved"``: pairs (2i, 2i+1): RoFormer, GPT-J
+  (``rotate_every_two``), torchscale.
 * ``"half"``: pairs (i, i + d/2): GPT-NeoX, LLaMA, Hugging Face ``rotate_half``.
 
-They are the same map up to a fixed permutation of the coordinates, so a model can be trained
-with either, but weights trained with one are NOT valid with the other.
+They are the same map up to a fixed permutation of the coordinates, so a model can be
+trained with either, but weights trained with one are NOT valid with the other.
 
 Scalings (``rope_inv_freq``) form a registry of pure functions with one signature,
-``(d_head, base, **params) -> (inv_freq, attention_factor)``, the design of Hugging Face's
-``ROPE_INIT_FUNCTIONS`` (``modeling_rope_utils.py``) without its config object; the parameter
-names are its ``rope_scaling`` keys. ``attention_factor`` multiplies the rotated q and k
-(Hugging Face multiplies cos and sin by it), so the scores are multiplied by its square.
+``(d_head, base, **params) -> (inv_freq, attention_factor)``, the design of Hugging
+Face's ``ROPE_INIT_FUNCTIONS`` (``modeling_rope_utils.py``) without its config object;
+the parameter names are its ``rope_scaling`` keys. ``attention_factor`` multiplies the
+rotated q and k (Hugging Face multiplies cos and sin by it), so the scores are
+multiplied by its square.
 """
 
 from __future__ import annotations
@@ -32,8 +36,15 @@ from ..base import PositionalEncoding
 from ..registry import register
 from ..utils import check_positive_int
 
-__all__ = ["Rotary", "DynamicRotary", "ROPE_SCALINGS", "rope_inv_freq", "rotate_half", "rotate_every_two",
-           "apply_rope"]
+__all__ = [
+    "Rotary",
+    "DynamicRotary",
+    "ROPE_SCALINGS",
+    "rope_inv_freq",
+    "rotate_half",
+    "rotate_every_two",
+    "apply_rope",
+]
 
 LAYOUTS = ("half", "interleaved")
 
@@ -41,22 +52,31 @@ LAYOUTS = ("half", "interleaved")
 def _check_d_head(d_head: int) -> int:
     check_positive_int(d_head, "d_head")
     if d_head % 2:
-        raise ValueError(f"d_head must be even for RoPE (coordinates are rotated in pairs), got {d_head}")
+        raise ValueError(
+            "d_head must be even for RoPE (coordinates are rotated in pairs), got "
+            f"{d_head}"
+        )
     return d_head
 
 
 def _default_inv_freq(d_head: int, base: float) -> torch.Tensor:
     # theta_i = base^(-2i/d),  i = 0 .. d/2-1
-    return base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)                  # (d/2,)
+    return base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)  # (d/2,)
 
 
 def _check_factor(factor: float, name: str = "factor") -> float:
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1:
+    if (
+        isinstance(factor, bool)
+        or not isinstance(factor, (int, float))
+        or not factor >= 1
+    ):
         raise ValueError(f"{name} must be a number >= 1, got {factor!r}")
     return float(factor)
 
 
-# ---- the registry: (d_head, base, **params) -> (inv_freq (d/2,) float64, attention_factor) ----
+# ---- the registry ----
+# (d_head, base, **params) -> (inv_freq (d/2,) float64, attention_factor)
+
 
 def _none(d_head: int, base: float) -> tuple[torch.Tensor, float]:
     """Plain RoPE."""
@@ -64,64 +84,101 @@ def _none(d_head: int, base: float) -> tuple[torch.Tensor, float]:
 
 
 def _linear(d_head: int, base: float, *, factor: float) -> tuple[torch.Tensor, float]:
-    """Position interpolation (Chen et al. 2023): position m -> m / factor, i.e. theta_i / factor."""
+    """Position interpolation (Chen et al. 2023): position m -> m / factor, i.e.
+    theta_i / factor."""
     return _default_inv_freq(d_head, base) / _check_factor(factor), 1.0
 
 
 def _ntk(d_head: int, base: float, *, factor: float) -> tuple[torch.Tensor, float]:
     """NTK-aware scaling (bloc97, 2023): base' = base * factor^(d/(d-2)).
 
-    The exponent makes the lowest frequency exactly theta_(d/2-1) / factor (interpolated) while
-    theta_0 = 1 is untouched (extrapolated). Hugging Face has no static "ntk" entry: its
-    "dynamic" with factor=1 and seq_len = factor * L is this function.
+    The exponent makes the lowest frequency exactly theta_(d/2-1) / factor
+    (interpolated) while theta_0 = 1 is untouched (extrapolated). Hugging Face has no
+    static "ntk" entry: its "dynamic" with factor=1 and seq_len = factor * L is
+    this function.
     """
     factor = _check_factor(factor)
     if d_head < 4:
-        raise ValueError(f"d_head must be >= 4 for NTK scaling (exponent d/(d-2)), got {d_head}")
+        raise ValueError(
+            f"d_head must be >= 4 for NTK scaling (exponent d/(d-2)), got {d_head}"
+        )
     # base' = base * s^(d/(d-2))
     return _default_inv_freq(d_head, base * factor ** (d_head / (d_head - 2))), 1.0
 
 
-def _dynamic(d_head: int, base: float, *, factor: float, original_max_position_embeddings: int,
-             seq_len: int | None = None) -> tuple[torch.Tensor, float]:
-    """Dynamic NTK (emozilla, 2023; Hugging Face "dynamic"): NTK scaling recomputed for the current length.
+def _dynamic(
+    d_head: int,
+    base: float,
+    *,
+    factor: float,
+    original_max_position_embeddings: int,
+    seq_len: int | None = None,
+) -> tuple[torch.Tensor, float]:
+    """Dynamic NTK (emozilla, 2023; Hugging Face "dynamic"): NTK scaling recomputed for
+    the current length.
 
     base' = base * (factor * L / L0 - (factor - 1))^(d/(d-2)),  L = max(seq_len, L0)
 
-    so nothing changes up to the training length L0. Hugging Face names L0 ``max_position_embeddings``.
+    so nothing changes up to the training length L0. Hugging Face names L0
+    ``max_position_embeddings``.
     """
     factor = _check_factor(factor)
-    l0 = check_positive_int(original_max_position_embeddings, "original_max_position_embeddings")
+    l0 = check_positive_int(
+        original_max_position_embeddings, "original_max_position_embeddings"
+    )
     length = l0 if seq_len is None else max(check_positive_int(seq_len, "seq_len"), l0)
     if d_head < 4:
-        raise ValueError(f"d_head must be >= 4 for dynamic NTK scaling (exponent d/(d-2)), got {d_head}")
-    scaled_base = base * (factor * length / l0 - (factor - 1)) ** (d_head / (d_head - 2))
+        raise ValueError(
+            "d_head must be >= 4 for dynamic NTK scaling (exponent d/(d-2)), got "
+            f"{d_head}"
+        )
+    scaled_base = base * (factor * length / l0 - (factor - 1)) ** (
+        d_head / (d_head - 2)
+    )
     return _default_inv_freq(d_head, scaled_base), 1.0
 
 
-def _yarn(d_head: int, base: float, *, factor: float, original_max_position_embeddings: int,
-          beta_fast: float = 32.0, beta_slow: float = 1.0, attention_factor: float | None = None,
-          mscale: float | None = None, mscale_all_dim: float | None = None,
-          truncate: bool = True) -> tuple[torch.Tensor, float]:
-    """YaRN (Peng et al. 2024): "NTK-by-parts" interpolation plus an attention temperature.
+def _yarn(
+    d_head: int,
+    base: float,
+    *,
+    factor: float,
+    original_max_position_embeddings: int,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+    attention_factor: float | None = None,
+    mscale: float | None = None,
+    mscale_all_dim: float | None = None,
+    truncate: bool = True,
+) -> tuple[torch.Tensor, float]:
+    """YaRN (Peng et al. 2024): "NTK-by-parts" interpolation plus an attention
+    temperature.
 
-    Pair i makes r_i = L0 / lambda_i = L0 theta_i / (2 pi) turns over the training length.
-    Pairs with r_i > beta_fast keep theta_i, pairs with r_i < beta_slow get theta_i / factor,
-    and in between a ramp mixes the two. As in Hugging Face and the authors' code, the ramp is
-    linear in the pair index i (the paper writes it linear in r) and its ends are rounded
-    outwards (``truncate``). attention_factor = 0.1 ln(factor) + 1 (the paper's sqrt(1/t)).
+    Pair i makes r_i = L0 / lambda_i = L0 theta_i / (2 pi) turns over the training
+    length. Pairs with r_i > beta_fast keep theta_i, pairs with r_i < beta_slow get
+    theta_i / factor, and in between a ramp mixes the two. As in Hugging Face and the
+    authors' code, the ramp is linear in the pair index i (the paper writes it linear in
+    r) and its ends are rounded outwards (``truncate``).
+    attention_factor = 0.1 ln(factor) + 1 (the paper's sqrt(1/t)).
     """
     factor = _check_factor(factor)
-    l0 = check_positive_int(original_max_position_embeddings, "original_max_position_embeddings")
+    l0 = check_positive_int(
+        original_max_position_embeddings, "original_max_position_embeddings"
+    )
     if not beta_fast > beta_slow > 0:
-        raise ValueError(f"need beta_fast > beta_slow > 0, got beta_fast={beta_fast}, beta_slow={beta_slow}")
+        raise ValueError(
+            f"need beta_fast > beta_slow > 0, got beta_fast={beta_fast}, "
+            f"beta_slow={beta_slow}"
+        )
 
     def get_mscale(scale: float, m: float = 1.0) -> float:
         return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
 
     if attention_factor is None:
         if mscale and mscale_all_dim:
-            attention_factor = get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+            attention_factor = get_mscale(factor, mscale) / get_mscale(
+                factor, mscale_all_dim
+            )
         else:
             attention_factor = get_mscale(factor)
 
@@ -134,66 +191,114 @@ def _yarn(d_head: int, base: float, *, factor: float, original_max_position_embe
         low, high = math.floor(low), math.ceil(high)
     low, high = max(low, 0), min(high, d_head - 1)
     if low == high:
-        high += 0.001                                                      # as in the reference code
-    # gamma_i = 1 keeps theta_i (fast pairs), gamma_i = 0 interpolates theta_i / s (slow pairs)
-    gamma = 1 - ((torch.arange(d_head // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)  # (d/2,)
+        high += 0.001  # as in the reference code
+    # gamma_i = 1 keeps theta_i (fast pairs), gamma_i = 0 interpolates theta_i / s
+    # (slow pairs)
+    gamma = 1 - (
+        (torch.arange(d_head // 2, dtype=torch.float64) - low) / (high - low)
+    ).clamp(0, 1)  # (d/2,)
     theta = _default_inv_freq(d_head, base)
     # h(theta_i) = (1 - gamma_i) theta_i / s + gamma_i theta_i
     return (1 - gamma) * theta / factor + gamma * theta, float(attention_factor)
 
 
-def _llama3(d_head: int, base: float, *, factor: float, original_max_position_embeddings: int,
-            low_freq_factor: float = 1.0, high_freq_factor: float = 4.0) -> tuple[torch.Tensor, float]:
-    """Llama 3.1 frequency scaling (Meta's released code; defaults factor 8, low 1, high 4, L0 8192).
+def _llama3(
+    d_head: int,
+    base: float,
+    *,
+    factor: float,
+    original_max_position_embeddings: int,
+    low_freq_factor: float = 1.0,
+    high_freq_factor: float = 4.0,
+) -> tuple[torch.Tensor, float]:
+    """Llama 3.1 frequency scaling (Meta's released code; defaults factor 8, low 1,
+    high 4, L0 8192).
 
-    Wavelengths lambda_i = 2 pi / theta_i shorter than L0 / high_freq_factor are kept, those longer
-    than L0 / low_freq_factor are divided by ``factor`` (as in position interpolation), and in
-    between theta_i is mixed with weight s_i = (L0 / lambda_i - low) / (high - low).
+    Wavelengths lambda_i = 2 pi / theta_i shorter than L0 / high_freq_factor are kept,
+    those longer than L0 / low_freq_factor are divided by ``factor`` (as in position
+    interpolation), and in between theta_i is mixed with weight
+    s_i = (L0 / lambda_i - low) / (high - low).
     """
     factor = _check_factor(factor)
-    l0 = check_positive_int(original_max_position_embeddings, "original_max_position_embeddings")
+    l0 = check_positive_int(
+        original_max_position_embeddings, "original_max_position_embeddings"
+    )
     if not high_freq_factor > low_freq_factor > 0:
-        raise ValueError(f"need high_freq_factor > low_freq_factor > 0, got {high_freq_factor}, {low_freq_factor}")
+        raise ValueError(
+            f"need high_freq_factor > low_freq_factor > 0, got {high_freq_factor}, "
+            f"{low_freq_factor}"
+        )
     theta = _default_inv_freq(d_head, base)
-    wavelen = 2 * math.pi / theta                                              # (d/2,)
+    wavelen = 2 * math.pi / theta  # (d/2,)
     smooth = (l0 / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
     mixed = (1 - smooth) * theta / factor + smooth * theta
     out = torch.where(wavelen > l0 / low_freq_factor, theta / factor, theta)
-    return torch.where((wavelen >= l0 / high_freq_factor) & (wavelen <= l0 / low_freq_factor), mixed, out), 1.0
+    return torch.where(
+        (wavelen >= l0 / high_freq_factor) & (wavelen <= l0 / low_freq_factor),
+        mixed,
+        out,
+    ), 1.0
 
 
-def _longrope(d_head: int, base: float, *, short_factor: list[float], long_factor: list[float], factor: float,
-              original_max_position_embeddings: int, attention_factor: float | None = None,
-              seq_len: int | None = None) -> tuple[torch.Tensor, float]:
-    """LongRoPE (Ding et al. 2024): one searched rescale factor lambda_i per pair, theta_i / lambda_i.
+def _longrope(
+    d_head: int,
+    base: float,
+    *,
+    short_factor: list[float],
+    long_factor: list[float],
+    factor: float,
+    original_max_position_embeddings: int,
+    attention_factor: float | None = None,
+    seq_len: int | None = None,
+) -> tuple[torch.Tensor, float]:
+    """LongRoPE (Ding et al. 2024): one searched rescale factor lambda_i per pair,
+    theta_i / lambda_i.
 
-    ``long_factor`` is used when ``seq_len`` exceeds L0, else ``short_factor`` (Phi-3's rule, as in
-    Hugging Face). Default attention_factor sqrt(1 + ln(factor) / ln(L0)) is Hugging Face's and Phi-3's.
+    ``long_factor`` is used when ``seq_len`` exceeds L0, else ``short_factor`` (Phi-3's
+    rule, as in Hugging Face). Default attention_factor sqrt(1 + ln(factor) / ln(L0)) is
+    Hugging Face's and Phi-3's.
     """
     factor = _check_factor(factor)
-    l0 = check_positive_int(original_max_position_embeddings, "original_max_position_embeddings")
+    l0 = check_positive_int(
+        original_max_position_embeddings, "original_max_position_embeddings"
+    )
     use_long = seq_len is not None and check_positive_int(seq_len, "seq_len") > l0
-    name, lam = ("long_factor", long_factor) if use_long else ("short_factor", short_factor)
+    name, lam = (
+        ("long_factor", long_factor) if use_long else ("short_factor", short_factor)
+    )
     lam = torch.as_tensor(lam, dtype=torch.float64)
     if lam.shape != (d_head // 2,) or not (lam > 0).all():
-        raise ValueError(f"{name} must hold d_head/2 = {d_head // 2} positive numbers, got shape {tuple(lam.shape)}")
+        raise ValueError(
+            f"{name} must hold d_head/2 = {d_head // 2} positive numbers, got shape "
+            f"{tuple(lam.shape)}"
+        )
     if attention_factor is None:
-        attention_factor = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(l0))
+        attention_factor = (
+            1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(l0))
+        )
     return _default_inv_freq(d_head, base) / lam, float(attention_factor)
 
 
 ROPE_SCALINGS: dict[str | None, Callable[..., tuple[torch.Tensor, float]]] = {
-    None: _none, "linear": _linear, "ntk": _ntk, "dynamic": _dynamic,
-    "yarn": _yarn, "llama3": _llama3, "longrope": _longrope,
+    None: _none,
+    "linear": _linear,
+    "ntk": _ntk,
+    "dynamic": _dynamic,
+    "yarn": _yarn,
+    "llama3": _llama3,
+    "longrope": _longrope,
 }
 
 
-def rope_inv_freq(d_head: int, base: float = 10000.0, scaling: str | None = None,
-                  **params) -> tuple[torch.Tensor, float]:
-    """``(inv_freq (d_head/2,) float64, attention_factor)`` for plain RoPE or one of ``ROPE_SCALINGS``.
+def rope_inv_freq(
+    d_head: int, base: float = 10000.0, scaling: str | None = None, **params
+) -> tuple[torch.Tensor, float]:
+    """``(inv_freq (d_head/2,) float64, attention_factor)`` for plain RoPE or one of
+    ``ROPE_SCALINGS``.
 
-    >>> inv_freq, attention_factor = rope_inv_freq(64, scaling="yarn", factor=4.0,
-    ...                                            original_max_position_embeddings=2048)
+    >>> inv_freq, attention_factor = rope_inv_freq(
+    ...     64, scaling="yarn", factor=4.0, original_max_position_embeddings=2048
+    ... )
     """
     _check_d_head(d_head)
     if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
@@ -206,119 +311,208 @@ def rope_inv_freq(d_head: int, base: float = 10000.0, scaling: str | None = None
     allowed = [p for p in sig.parameters if p not in ("d_head", "base")]
     unknown = sorted(set(params) - set(allowed))
     if unknown:
-        raise TypeError(f"scaling {scaling!r} does not take {unknown}; its parameters are {allowed}")
-    missing = [p for p in allowed if sig.parameters[p].default is inspect.Parameter.empty and p not in params]
+        raise TypeError(
+            f"scaling {scaling!r} does not take {unknown}; its parameters are {allowed}"
+        )
+    missing = [
+        p
+        for p in allowed
+        if sig.parameters[p].default is inspect.Parameter.empty and p not in params
+    ]
     if missing:
         raise TypeError(f"scaling {scaling!r} needs the parameters {missing}")
     return fn(d_head, float(base), **params)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """``(x_1 .. x_{d/2}, x_{d/2+1} .. x_d) -> (-x_{d/2+1} .. -x_d, x_1 .. x_{d/2})``: pairs (i, i + d/2)."""
+    """``(x_1 .. x_{d/2}, x_{d/2+1} .. x_d) -> (-x_{d/2+1} .. -x_d, x_1 .. x_{d/2})``:
+    pairs (i, i + d/2)."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
 
 
 def rotate_every_two(x: torch.Tensor) -> torch.Tensor:
-    """``(x_1, x_2, x_3, x_4, ...) -> (-x_2, x_1, -x_4, x_3, ...)``: pairs (2i, 2i+1) (GPT-J's name)."""
+    """``(x_1, x_2, x_3, x_4, ...) -> (-x_2, x_1, -x_4, x_3, ...)``: pairs (2i, 2i+1)
+    (GPT-J's name)."""
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack((-x2, x1), dim=-1).flatten(-2)
 
 
-def apply_rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, layout: str = "half",
-               attention_factor: float = 1.0) -> torch.Tensor:
-    """Rotate ``x`` ``(b, h, n, d)`` at integer ``positions`` ``(n,)`` or ``(b, n)``; same shape and dtype.
+def apply_rope(
+    x: torch.Tensor,
+    positions: torch.Tensor,
+    inv_freq: torch.Tensor,
+    layout: str = "half",
+    attention_factor: float = 1.0,
+) -> torch.Tensor:
+    """Rotate ``x`` ``(b, h, n, d)`` at integer ``positions`` ``(n,)`` or ``(b, n)``;
+    same shape and dtype.
 
     x_m -> x_m * cos(m theta) + rot(x_m) * sin(m theta), with rot = ``rotate_half`` for
-    ``layout="half"`` and ``rotate_every_two`` for ``"interleaved"``; the result is multiplied by
-    ``attention_factor``. Angles are computed in float64, then cast to ``x.dtype``.
+    ``layout="half"`` and ``rotate_every_two`` for ``"interleaved"``; the result is
+    multiplied by ``attention_factor``. Angles are computed in float64, then cast to
+    ``x.dtype``.
     """
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
-        raise ValueError(f"x must be a 4-D tensor (b, h, n, d), got shape {tuple(getattr(x, 'shape', ()))}")
+        raise ValueError(
+            "x must be a 4-D tensor (b, h, n, d), got shape "
+            f"{tuple(getattr(x, 'shape', ()))}"
+        )
     b, _, n, d = x.shape
     if d % 2:
-        raise ValueError(f"the last dimension of x (d = {d}) must be even for RoPE (coordinates are rotated in pairs)")
+        raise ValueError(
+            f"the last dimension of x (d = {d}) must be even for RoPE (coordinates are "
+            "rotated in pairs)"
+        )
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     positions = torch.as_tensor(positions, device=x.device)
-    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+    if (
+        positions.is_floating_point()
+        or positions.is_complex()
+        or positions.dtype == torch.bool
+    ):
         raise TypeError(f"positions must hold integers, got dtype {positions.dtype}")
     if positions.dim() == 1:
         positions = positions[None]
-    if positions.dim() != 2 or positions.shape[-1] != n or positions.shape[0] not in (1, b):
-        raise ValueError(f"positions must have shape ({n},) or ({b}, {n}) to match x {tuple(x.shape)}, got {tuple(positions.shape)}")
+    if (
+        positions.dim() != 2
+        or positions.shape[-1] != n
+        or positions.shape[0] not in (1, b)
+    ):
+        raise ValueError(
+            f"positions must have shape ({n},) or ({b}, {n}) to match x "
+            f"{tuple(x.shape)}, got {tuple(positions.shape)}"
+        )
     if inv_freq.shape != (d // 2,):
-        raise ValueError(f"inv_freq must have shape ({d // 2},) for d = {d}, got {tuple(inv_freq.shape)}")
+        raise ValueError(
+            f"inv_freq must have shape ({d // 2},) for d = {d}, got "
+            f"{tuple(inv_freq.shape)}"
+        )
     # angle_{m,i} = m * theta_i
-    angles = positions.to(torch.float64)[:, None, :, None] * inv_freq.to(x.device, torch.float64)  # (b|1, 1, n, d/2)
+    angles = positions.to(torch.float64)[:, None, :, None] * inv_freq.to(
+        x.device, torch.float64
+    )  # (b|1, 1, n, d/2)
     if layout == "half":
-        angles, rot = torch.cat((angles, angles), dim=-1), rotate_half(x)                       # (.., d): th_0..th_{d/2-1} twice
+        angles, rot = (
+            torch.cat((angles, angles), dim=-1),
+            rotate_half(x),
+        )  # (.., d): th_0..th_{d/2-1} twice
     else:
-        angles, rot = angles.repeat_interleave(2, dim=-1), rotate_every_two(x)                  # (.., d): th_0, th_0, th_1, th_1, ..
-    cos, sin = (attention_factor * angles.cos()).to(x.dtype), (attention_factor * angles.sin()).to(x.dtype)
-    return x * cos + rot * sin                                                                  # (b, h, n, d)
+        angles, rot = (
+            angles.repeat_interleave(2, dim=-1),
+            rotate_every_two(x),
+        )  # (.., d): th_0, th_0, th_1, th_1, ..
+    cos, sin = (
+        (attention_factor * angles.cos()).to(x.dtype),
+        (attention_factor * angles.sin()).to(x.dtype),
+    )
+    return x * cos + rot * sin  # (b, h, n, d)
 
 
 class Rotary(PositionalEncoding):
-    """Rotates queries and keys by their positions (``transform_qk``); no parameters, no length limit.
+    """Rotates queries and keys by their positions (``transform_qk``); no parameters, no
+    length limit.
 
-    ``scaling`` and ``params`` select a frequency scaling from ``ROPE_SCALINGS`` (fixed at build time).
+    ``scaling`` and ``params`` select a frequency scaling from ``ROPE_SCALINGS`` (fixed
+    at build time).
     """
 
     four_terms = {
-        "content-content": "kept, rotated: q_i . R_(j-i) k_j (position multiplies content)",
+        "content-content": (
+            "kept, rotated: q_i . R_(j-i) k_j (position multiplies content)"
+        ),
         "content-position": "dropped (no position vector is added)",
         "position-content": "dropped (no position vector is added)",
         "position-position": "dropped (no position vector is added)",
     }
 
-    def __init__(self, d_head: int, base: float = 10000.0, layout: str = "half", scaling: str | None = None,
-                 **params):
+    def __init__(
+        self,
+        d_head: int,
+        base: float = 10000.0,
+        layout: str = "half",
+        scaling: str | None = None,
+        **params,
+    ):
         super().__init__()
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-        self.d_head, self.base, self.layout, self.scaling = _check_d_head(d_head), float(base), layout, scaling
+        self.d_head, self.base, self.layout, self.scaling = (
+            _check_d_head(d_head),
+            float(base),
+            layout,
+            scaling,
+        )
         inv_freq, self.attention_factor = rope_inv_freq(d_head, base, scaling, **params)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)                           # (d/2,) float64
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # (d/2,) float64
 
     def _check(self, q: torch.Tensor) -> None:
         if q.shape[-1] != self.d_head:
-            raise ValueError(f"q has head dimension {q.shape[-1]}, but this {type(self).__name__} was built for d_head={self.d_head}")
+            raise ValueError(
+                f"q has head dimension {q.shape[-1]}, but this {type(self).__name__} "
+                f"was built for d_head={self.d_head}"
+            )
 
     def transform_qk(self, q, k, q_pos, k_pos):
         self._check(q)
-        return (apply_rope(q, q_pos, self.inv_freq, self.layout, self.attention_factor),
-                apply_rope(k, k_pos, self.inv_freq, self.layout, self.attention_factor))
+        return (
+            apply_rope(q, q_pos, self.inv_freq, self.layout, self.attention_factor),
+            apply_rope(k, k_pos, self.inv_freq, self.layout, self.attention_factor),
+        )
 
     def extra_repr(self) -> str:
-        return f"d_head={self.d_head}, base={self.base:g}, layout={self.layout!r}, scaling={self.scaling!r}"
+        return (
+            f"d_head={self.d_head}, base={self.base:g}, layout={self.layout!r}, "
+            f"scaling={self.scaling!r}"
+        )
 
 
 class DynamicRotary(Rotary):
-    """Dynamic NTK: the base grows with the current length ``max(positions) + 1`` past ``original_max_position_embeddings``.
+    """Dynamic NTK: the base grows with the current length ``max(positions) + 1`` past
+    ``original_max_position_embeddings``.
 
-    Stateless (a function of the positions handed in), unlike Hugging Face's cache, which keeps
-    the largest length seen until the length drops below L0 again. ``factor=2`` is Hugging Face's
-    documented example; on the course's toy model it beat ``factor=1`` at 2x-8x L0 (seeds 0 and 1).
+    Stateless (a function of the positions handed in), unlike Hugging Face's cache,
+    which keeps the largest length seen until the length drops below L0 again.
+    ``factor=2`` is Hugging Face's documented example; on the course's toy model it beat
+    ``factor=1`` at 2x-8x L0 (seeds 0 and 1).
     """
 
-    def __init__(self, d_head: int, original_max_position_embeddings: int, factor: float = 2.0,
-                 base: float = 10000.0, layout: str = "half"):
+    def __init__(
+        self,
+        d_head: int,
+        original_max_position_embeddings: int,
+        factor: float = 2.0,
+        base: float = 10000.0,
+        layout: str = "half",
+    ):
         super().__init__(d_head, base, layout)
-        self.original_max_position_embeddings = check_positive_int(original_max_position_embeddings,
-                                                                   "original_max_position_embeddings")
+        self.original_max_position_embeddings = check_positive_int(
+            original_max_position_embeddings, "original_max_position_embeddings"
+        )
         self.factor = _check_factor(factor)
 
     def transform_qk(self, q, k, q_pos, k_pos):
         self._check(q)
         seq_len = int(max(q_pos.max(), k_pos.max())) + 1
-        inv_freq, _ = rope_inv_freq(self.d_head, self.base, "dynamic", factor=self.factor, seq_len=seq_len,
-                                    original_max_position_embeddings=self.original_max_position_embeddings)
-        return apply_rope(q, q_pos, inv_freq, self.layout), apply_rope(k, k_pos, inv_freq, self.layout)
+        inv_freq, _ = rope_inv_freq(
+            self.d_head,
+            self.base,
+            "dynamic",
+            factor=self.factor,
+            seq_len=seq_len,
+            original_max_position_embeddings=self.original_max_position_embeddings,
+        )
+        return apply_rope(q, q_pos, inv_freq, self.layout), apply_rope(
+            k, k_pos, inv_freq, self.layout
+        )
 
     def extra_repr(self) -> str:
-        return (f"d_head={self.d_head}, base={self.base:g}, layout={self.layout!r}, scaling='dynamic', "
-                f"factor={self.factor:g}, original_max_position_embeddings={self.original_max_position_embeddings}")
+        return (
+            f"d_head={self.d_head}, base={self.base:g}, layout={self.layout!r}, "
+            f"scaling='dynamic', factor={self.factor:g}, "
+            f"original_max_position_embeddings={self.original_max_position_embeddings}"
+        )
 
 
 @register("rope")
