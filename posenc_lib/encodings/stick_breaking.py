@@ -1,0 +1,226 @@
+"""Stick-breaking attention (Tan et al., 2025): a stick-breaking process, not softmax.
+
+No position enters the embeddings, queries or keys, and the integer positions are never
+read: token order alone decides. Query i turns every earlier key's logit into a break
+point ``beta_ij = sigmoid(z_ij)`` and walks back from the most recent key, each key
+taking the fraction ``beta`` of the stick that the keys after it left over::
+
+    z_ij  = q_i . k_j / sqrt(d)                       the usual scaled score
+    A_ij  = beta_ij * prod_{j < l < i} (1 - beta_il)   for j < i, 0 otherwise
+    o_i   = sum_j A_ij v_j  (+ (1 - sum_j A_ij) v_i, the leftover stick, optional)
+
+The product runs over the keys *between* j and the query: the most recent key is broken
+off first, so the process has a recency bias built in and needs no positional encoding.
+A row sums to ``1 - prod_{l < i} (1 - beta_il) <= 1``. With ``attend_current=True`` the
+query's own key joins in (``j <= i``, product over ``j < l <= i``).
+
+Conventions checked against the authors' code
+(github.com/shawntan/stickbreaking-attention, commit 3147a38):
+
+* **Direction.** ``stickbreaking`` in ``stickbreaking_attention/sb_ref.py`` sums
+  ``log(1 - beta_il)`` with ``cum_weight = tril(-1)``, i.e. over keys l > j (and < i):
+  the keys between j and the query, as above.
+* **attend_current=False** is the default of ``sb_attn`` (``sb_attn/__init__.py``) and
+  of the training code that calls it (``SBAttention`` in IBM/dolomite-engine,
+  ``sequence_mixer_blocks/stickbreaking_attention.py``, whose decoding path also drops
+  the current key: ``k[..., :-1, :]``).
+* **1/sqrt(d)**: ``sb_attn(inv_temp=None)`` uses ``1 / math.sqrt(q.size(-1))``, so
+  ``StickBreaking.scale`` is the default.
+* **The leftover stick** ``1 - sum_j A_ij`` is returned by the kernel as ``rem``. The
+  authors' kernel tests add ``rem * v_i`` (``ref_fwd`` in ``tests/test_attn.py``:
+  ``o = o + rem[..., None] * v``), which ``leftover="value"`` reproduces; fla's layer
+  drops it (``leftover=None``); dolomite's ``SBAttention`` multiplies it by a learned
+  per-head vector followed by a GroupNorm, which needs a norm after attention and is
+  not offered here.
+
+**Log space.** ``log beta = log sigmoid(z) = -softplus(-z)`` and ``log(1 - beta) =
+log sigmoid(-z) = -softplus(z)`` are finite for every finite z, and the product becomes
+a reversed cumulative sum, so ``A_ij = exp(log beta_ij + sum_{j<l<i} log(1 - beta_il))``
+is computed without ever forming a product or a ratio of products: no overflow, no
+0/0, for any logits (``stick_breaking_weights``). In that form
+``log A_ij = z_ij - sum_{l=j}^{i-1} softplus(z_il)``: the score plus a non-positive,
+data-dependent penalty that grows with the number of keys in between; with a constant
+logit z it is ALiBi's ``-m (i - j)`` with slope ``m = softplus(z)`` (up to a constant).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..base import Context, PositionalEncoding
+from ..registry import register
+
+__all__ = ["StickBreaking", "stick_breaking_weights"]
+
+LEFTOVERS = ("value", None)
+
+
+def stick_breaking_weights(
+    scores: torch.Tensor,
+    attend_current: bool = False,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Break-point logits ``(b, h, i, j)`` -> stick-breaking weights ``(b, h, i, j)``.
+
+    ``A_ij = sigmoid(z_ij) * prod_l (1 - sigmoid(z_il))`` over the visible keys l
+    between key j and query i: ``j < l < i``, or ``j < l <= i`` with
+    ``attend_current``. Weights are exactly 0 where attention is not allowed (the
+    future; the query itself unless ``attend_current``; keys that ``mask`` hides).
+
+    * Token order: when ``i < j`` the queries are the last ``i`` of the ``j`` tokens (a
+      KV cache), so query t sits at key index ``t + j - i``.
+    * ``mask`` (bool, True = may attend), broadcastable to ``scores``: a hidden key is
+      skipped, as if absent: it takes no weight and leaves the stick unchanged (fla's
+      naive reference does the same). It may hide keys but not reveal any: a mask that
+      allows a key after its query in token order is refused (``ValueError``).
+    * Computed in log space in float32 or float64 (float16/bfloat16 scores are
+      computed in float32, as the authors' reference does, and returned in their
+      dtype): finite and in [0, 1] for any logits, including +-inf.
+
+    Errors: ``TypeError`` unless ``scores`` is a floating-point tensor and ``mask`` a
+    bool tensor; ``ValueError`` for a shape that is not ``(b, h, i, j)`` with
+    ``i <= j``, NaN scores, or a mask that does not broadcast or reveals the future.
+    """
+    if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
+        raise TypeError(
+            "scores must be a floating-point tensor of break-point logits, got "
+            f"{getattr(scores, 'dtype', type(scores).__name__)}"
+        )
+    if not isinstance(attend_current, bool):
+        raise TypeError(
+            f"attend_current must be a bool, got {type(attend_current).__name__}"
+        )
+    if scores.dim() != 4:
+        raise ValueError(
+            f"scores must have shape (b, h, i, j), got {tuple(scores.shape)}"
+        )
+    i, j = scores.shape[-2:]
+    if i > j:
+        raise ValueError(
+            f"scores must have no more queries than keys (i <= j: the queries are the "
+            f"last i tokens), got i = {i}, j = {j}"
+        )
+    if torch.isnan(scores).any():
+        raise ValueError("scores hold NaN; stick-breaking needs a logit for every key")
+    work = scores if scores.dtype in (torch.float32, torch.float64) else scores.float()
+    key = torch.arange(j, device=scores.device)  # (j,)
+    own = torch.arange(i, device=scores.device)[:, None] + (j - i)  # (i, 1)
+    # the keys a query may break the stick on, in token order
+    allowed = key <= own if attend_current else key < own  # (i, j)
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            raise TypeError(
+                "mask must be a bool tensor (True = may attend), got "
+                f"{getattr(mask, 'dtype', type(mask).__name__)}"
+            )
+        try:
+            torch.broadcast_shapes(mask.shape, scores.shape)
+        except RuntimeError:
+            raise ValueError(
+                f"mask must be broadcastable to scores {tuple(scores.shape)}, got "
+                f"{tuple(mask.shape)}"
+            ) from None
+        if (mask & (key > own)).any():
+            raise ValueError(
+                "mask allows a query a key that comes after it in token order; "
+                "stick-breaking breaks the stick backwards from the query in token "
+                "order, so it needs a causal mask (positions that increase along the "
+                "sequence) and can only hide keys"
+            )
+        allowed = allowed & mask  # (b|1, h|1, i, j)
+    # log beta_ij = log sigmoid(z_ij) = -softplus(-z_ij)
+    log_beta = F.logsigmoid(work)  # (b, h, i, j)
+    # log(1 - beta_il) = log sigmoid(-z_il) = -softplus(z_il); 0 (skip) where hidden
+    log_keep = F.logsigmoid(-work).masked_fill(~allowed, 0.0)  # (b, h, i, l)
+    # sum_{l > j} log(1 - beta_il): a reversed cumulative sum, shifted by one key so
+    # that key j's own term is left out without subtracting it (no cancellation)
+    after = log_keep.flip(-1).cumsum(-1).flip(-1)  # sum over l >= j
+    after = F.pad(after[..., 1:], (0, 1))  # sum over l > j
+    # log A_ij = log beta_ij + sum_{j < l} log(1 - beta_il); -inf where not allowed
+    log_a = (log_beta + after).masked_fill(~allowed, float("-inf"))
+    return log_a.exp().to(scores.dtype)  # (b, h, i, j)
+
+
+class StickBreaking(PositionalEncoding):
+    """Replaces softmax by ``stick_breaking_weights``; no positional encoding at all.
+
+    * ``attend_current``: whether query i may break the stick on its own key (default
+      False, as the authors).
+    * ``leftover``: ``"value"`` (default) adds ``(1 - sum_j A_ij) v_i`` to the output,
+      the authors' kernel-test reference: the stick left over goes to the query's own
+      value, so every row's weights sum to 1 once it is counted and the first token,
+      which has no earlier key, outputs ``v_0`` instead of 0. ``None`` drops it (fla's
+      layer). With ``attend_current=False``, ``"value"`` equals ``attend_current=True``
+      with the query's own break point forced to 1.
+
+    **Token order, not positions.** The integer positions are not read: shifting them
+    changes nothing. The causal mask that the attention function builds from them (and
+    any mask the caller adds) is honoured as "which keys exist"; a hidden key leaves the
+    stick unchanged. A mask that would let a query see a later token is refused with a
+    ``ValueError``, since the stick is broken in token order. ``causal_only``: a
+    bidirectional call is refused. With a KV cache (fewer queries than keys) the
+    queries are the last tokens and the leftover goes to their own values.
+    """
+
+    causal_only = True
+    four_terms = {
+        "content-content": "kept (as the break-point logit z_ij)",
+        "content-position": "dropped",
+        "position-content": "dropped",
+        "position-position": (
+            "replaced by the stick-breaking process: a data-dependent penalty "
+            "-sum softplus(z_il) over the keys in between (token order, no positions)"
+        ),
+    }
+
+    def __init__(self, attend_current: bool = False, leftover: str | None = "value"):
+        super().__init__()
+        if not isinstance(attend_current, bool):
+            raise TypeError(
+                f"attend_current must be a bool, got {type(attend_current).__name__}"
+            )
+        if leftover not in LEFTOVERS:
+            raise ValueError(
+                f"leftover must be one of {LEFTOVERS} ('value': add the leftover stick "
+                f"times the query's own value; None: drop it), got {leftover!r}"
+            )
+        self.attend_current = attend_current
+        self.leftover = leftover
+
+    def attention_weights(
+        self, scores: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """``(b, h, i, j)`` scaled scores (the break-point logits) and the call's bool
+        mask -> stick-breaking weights ``(b, h, i, j)``, rows summing to <= 1."""
+        return stick_breaking_weights(scores, self.attend_current, mask)
+
+    def value_bias(
+        self,
+        weights: torch.Tensor,
+        q_pos: torch.Tensor,
+        k_pos: torch.Tensor,
+        ctx: Context,
+    ) -> torch.Tensor | None:
+        """``(1 - sum_j A_ij) v_i`` ``(b, h, i, e)`` with ``leftover="value"``, else
+        None; ``v_i`` is the query's own value, the last ``i`` rows of ``ctx.v``."""
+        if self.leftover is None:
+            return None
+        v = ctx.need("v", "StickBreaking(leftover='value')")  # (b, h, j, e)
+        i, j = weights.shape[-2:]
+        if v.shape[-2] != j:
+            raise ValueError(
+                f"ctx.v must hold the {j} keys' values (b, h, {j}, e), "
+                f"got {tuple(v.shape)}"
+            )
+        # the leftover stick, 1 - sum_j A_ij, goes to the query's own value v_i
+        rest = 1 - weights.sum(-1, keepdim=True)  # (b, h, i, 1)
+        return rest * v[..., j - i :, :]  # (b, h, i, e)
+
+    def extra_repr(self) -> str:
+        return f"attend_current={self.attend_current}, leftover={self.leftover!r}"
+
+
+@register("stick_breaking")
+def _make(*, d_model: int, n_heads: int, max_len: int) -> StickBreaking:
+    return StickBreaking()
