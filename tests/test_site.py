@@ -21,7 +21,9 @@ from urllib.parse import urlparse
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-HTML = ROOT / "_build" / "html"
+# POSENC_SITE_HTML points the browser tests at another build (e.g. a quick one made
+# without executing the notebooks, to check layout while notebooks are being written).
+HTML = pathlib.Path(os.environ.get("POSENC_SITE_HTML", ROOT / "_build" / "html"))
 TOC = re.findall(
     r"^\s*-?\s*(?:file|root):\s*(\S+)", (ROOT / "_toc.yml").read_text(), re.M
 )
