@@ -68,6 +68,10 @@ def main() -> int:
     ]
     if stale:
         cmd.append("--all")
+    # Generated pages first: the errata index is collected from the chapters.
+    subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "errata_index.py")], check=True
+    )
     start = time.time()
     result = subprocess.run(cmd, cwd=ROOT)
     print(

@@ -1,0 +1,128 @@
+"""The errata index: every erratum admonition of the book, collected from the
+notebooks of ``_toc.yml`` (never by hand).
+
+    python tools/errata_index.py           # (re)write book/appendix/errata.md
+    python tools/errata_index.py --check   # exit 1 when the page is out of date
+
+An erratum is an admonition whose title starts with "Erratum":
+
+    ```{admonition} Erratum: what the source says
+    :class: warning
+    ... the correction and the check ...
+    ```
+
+The page lists each one with a link back to its chapter (and the section it sits in) and
+what it corrects: the works it cites, and the source deck when it speaks of "the deck"
+or "the slides". ``tools/build_site.py`` regenerates the page before every build and
+``tests/test_errata_index.py`` fails when a chapter's erratum is missing from it.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PAGE = ROOT / "book" / "appendix" / "errata.md"
+ADMONITION = re.compile(
+    r"^(?P<fence>`{3,}|:{3,})\{admonition\}\s*(?P<title>Erratum[^\n]*)\n"
+    r"(?P<body>.*?)^(?P=fence)[ \t]*$",
+    re.M | re.S,
+)
+CITE = re.compile(r"\{footcite[^}]*\}`([^`]*)`")
+HEADING = re.compile(r"^(#{1,3})\s+(.+?)\s*$", re.M)
+DECK = re.compile(r"\b(deck|slides?)\b", re.I)
+
+
+def toc_notebooks() -> list[str]:
+    entries = re.findall(
+        r"^\s*-?\s*(?:file|root):\s*(\S+)", (ROOT / "_toc.yml").read_text(), re.M
+    )
+    return [e for e in entries if (ROOT / f"{e}.ipynb").exists()]
+
+
+def collect() -> list[dict[str, str]]:
+    """One row per erratum, in book order: chapter, section, title, sources."""
+    rows = []
+    for entry in toc_notebooks():
+        nb = json.loads((ROOT / f"{entry}.ipynb").read_text())
+        chapter, section = entry, ""
+        for cell in nb["cells"]:
+            if cell["cell_type"] != "markdown":
+                continue
+            text = "".join(cell["source"])
+            # Walk the headings and admonitions of the cell in order.
+            marks = [(m.start(), "h", m) for m in HEADING.finditer(text)]
+            marks += [(m.start(), "e", m) for m in ADMONITION.finditer(text)]
+            for _, kind, m in sorted(marks, key=lambda t: t[0]):
+                if kind == "h":
+                    if len(m.group(1)) == 1:
+                        chapter = m.group(2)
+                    else:
+                        section = m.group(2)
+                    continue
+                body = m.group("body")
+                cited = [k.strip() for c in CITE.findall(body) for k in c.split(",")]
+                sources = []
+                if DECK.search(body) or DECK.search(m.group("title")):
+                    sources.append("curtis2025deck")
+                sources += [k for k in cited if k and k not in sources]
+                rows.append(
+                    dict(
+                        entry=entry,
+                        chapter=chapter,
+                        section=section,
+                        title=m.group("title").split(":", 1)[-1].strip()
+                        or m.group("title"),
+                        sources=", ".join(sources),
+                    )
+                )
+    return rows
+
+
+def render(rows: list[dict[str, str]]) -> str:
+    lines = [
+        "# Errata index",
+        "",
+        "Every erratum in the book, in reading order, generated from the chapters by "
+        "`tools/errata_index.py` each time the site is built (a test fails when one is "
+        "missing). Each chapter's box quotes what a source says, corrects it and shows "
+        "the check in code; *corrects* names the source deck "
+        "{footcite:p}`curtis2025deck` when the box speaks of the deck or the slides, "
+        "and the works the box cites.",
+        "",
+        f"The book has **{len(rows)} errata** in "
+        f"**{len({r['entry'] for r in rows})} chapters**.",
+        "",
+    ]
+    current = None
+    for row in rows:
+        if row["entry"] != current:
+            current = row["entry"]
+            link = f"../{row['entry'].removeprefix('book/')}.ipynb"
+            lines += ["", f"## [{row['chapter']}]({link})", ""]
+        keys = row["sources"].split(", ") if row["sources"] else []
+        corrects = "; corrects " + ", ".join(f"{{footcite:t}}`{k}`" for k in keys)
+        section = f" (section *{row['section']}*)" if row["section"] else ""
+        lines.append(f"- {row['title']}{section}{corrects if keys else ''}")
+    lines += ["", "## References", "", "```{footbibliography}", "```"]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main() -> int:
+    text = render(collect())
+    if "--check" in sys.argv:
+        if not PAGE.exists() or PAGE.read_text() != text:
+            print(f"{PAGE.relative_to(ROOT)} is out of date: run tools/errata_index.py")
+            return 1
+        return 0
+    PAGE.parent.mkdir(parents=True, exist_ok=True)
+    PAGE.write_text(text)
+    print(f"wrote {PAGE.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
