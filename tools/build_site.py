@@ -31,6 +31,9 @@ def library_hash() -> str:
     files = sorted((ROOT / "posenc_lib").rglob("*.py")) + [
         ROOT / "requirements.txt",
         ROOT / "pyproject.toml",
+        # A changed table of contents (its numbering, a new part) can crash
+        # sphinx-external-toc's incremental build: rebuild everything then.
+        ROOT / "_toc.yml",
     ]
     for path in files:
         digest.update(path.relative_to(ROOT).as_posix().encode())
@@ -68,9 +71,17 @@ def main() -> int:
     ]
     if stale:
         cmd.append("--all")
-    # Generated pages first: the errata index is collected from the chapters.
+    # Generated pages first: the errata index and the teaching guide's chapter
+    # index are collected from the chapters, and
+    # the student edition (served from the site, see html_extra_path) from the
+    # notebooks.
+    tools = ROOT / "tools"
+    for page in ("errata_index.py", "course_index.py"):
+        subprocess.run([sys.executable, str(tools / page)], check=True)
+    student = BUILD / "extra" / "student"
+    shutil.rmtree(student, ignore_errors=True)
     subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "errata_index.py")], check=True
+        [sys.executable, str(tools / "student_edition.py"), str(student)], check=True
     )
     start = time.time()
     result = subprocess.run(cmd, cwd=ROOT)

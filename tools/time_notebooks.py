@@ -1,0 +1,85 @@
+"""Time every chapter notebook, one after another, as a reader's machine would run it.
+
+    python tools/time_notebooks.py                 # all notebooks of _toc.yml
+    python tools/time_notebooks.py book/part3/rope.ipynb ...
+
+Each notebook runs top to bottom in a fresh kernel (nbclient; kernel start included)
+and the wall-clock seconds are written to ``tools/timings/<device>.json`` (``cpu``, or
+``gpu`` when CUDA is present) with the machine they were measured on. The teaching
+guide's run-time table (tools/course_index.py) and the welcome page read that file;
+nothing there is typed by hand. Not part of the test command: run it when chapters
+change (the whole course takes a few minutes on a 2-core CPU).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pathlib
+import platform
+import re
+import sys
+import time
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def toc_notebooks() -> list[str]:
+    entries = re.findall(
+        r"^\s*-?\s*(?:file|root):\s*(\S+)", (ROOT / "_toc.yml").read_text(), re.M
+    )
+    return [f"{e}.ipynb" for e in entries if (ROOT / f"{e}.ipynb").exists()]
+
+
+def device() -> tuple[str, str]:
+    import torch
+
+    if torch.cuda.is_available():
+        return "gpu", torch.cuda.get_device_name(0)
+    cores = os.cpu_count()
+    return "cpu", f"{platform.processor() or platform.machine()}, {cores} cores"
+
+
+def main() -> int:
+    paths = sys.argv[1:] or toc_notebooks()
+    kind, name = device()
+    out = ROOT / "tools" / "timings" / f"{kind}.json"
+    record = json.loads(out.read_text()) if out.exists() else {"seconds": {}}
+    for path in paths:
+        nb = nbformat.read(ROOT / path, as_version=4)
+        start = time.perf_counter()
+        NotebookClient(
+            nb,
+            timeout=600,
+            kernel_name="python3",
+            resources={"metadata": {"path": str((ROOT / path).parent)}},
+        ).execute()
+        seconds = time.perf_counter() - start
+        record["seconds"][path.removesuffix(".ipynb")] = round(seconds, 1)
+        print(f"{seconds:6.1f} s  {path}", flush=True)
+    record.update(
+        device=name,
+        measured=datetime.date.today().isoformat(),
+        note="wall-clock seconds per notebook, kernel start included, run one after "
+        "another by tools/time_notebooks.py",
+    )
+    order = [p.removesuffix(".ipynb") for p in toc_notebooks()]
+    record["seconds"] = {
+        k: record["seconds"][k]
+        for k in sorted(
+            record["seconds"], key=lambda k: order.index(k) if k in order else 999
+        )
+    }
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    total = sum(record["seconds"].values())
+    print(f"total {total:.0f} s over {len(record['seconds'])} notebooks -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
