@@ -226,3 +226,13 @@ def test_nothing_is_clipped_at_desktop_or_phone_width(open_page, entry, width):
     page = open_page(f"{entry}.html", width=width)
     clipped = page.evaluate(CLIPPED_JS, width < 720)
     assert not clipped, f"{entry} at {width}px:\n" + "\n".join(clipped[:15])
+
+
+def test_the_student_edition_downloads_from_the_teaching_guide(open_page):
+    page = open_page("book/teaching/guide.html")
+    link = page.locator("a[href*='posenc-student-notebooks.zip']")
+    assert link.count() == 1, "the teaching guide has no student-edition link"
+    url = page.evaluate("(a) => a.href", link.element_handle())
+    response = page.request.get(url)
+    assert response.status == 200, f"{url}: HTTP {response.status}"
+    assert response.body()[:2] == b"PK", f"{url} is not a zip archive"
