@@ -112,7 +112,8 @@ class TinyTransformer(nn.Module):
         )
         inputs = _check_inputs(self.pe, inputs)
         x = self.embed(tokens)  # (b, n, D)
-        x = self.pe.call_hook("encode_input", x, pos, ctx=Context(x=x, inputs=inputs))
+        ctx = Context(x=x, causal=causal, inputs=inputs)
+        x = self.pe.call_hook("encode_input", x, pos, ctx=ctx)
         for block in self.blocks:
             x = block(x, pos, causal, mask, inputs)
         return self.ln_f(x)

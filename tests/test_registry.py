@@ -312,3 +312,22 @@ def test_share_pe_false_gives_each_block_its_own_tables():
     assert own.blocks[0].attn.pe is own.pe  # no table left without a gradient
     assert own.n_params() - shared.n_params() == 2 * table  # one table per block
     assert own(torch.randint(13, (2, 9))).shape == (2, 9, 13)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_causal_model_never_reads_later_tokens(name):
+    """In a causal model, the output at position t does not move when the tokens after
+    t change, for every encoding (encode_input included: a centred convolution over
+    the embeddings would leak the very tokens a language model must predict)."""
+    torch.manual_seed(0)
+    pe = build(name)
+    b, n, t = 2, 12, 6
+    pos, inputs = example(pe, b, n)
+    model = pl.TinyTransformer(11, d_model=D_MODEL, n_heads=N_HEADS, pe=pe).eval()
+    tokens = torch.randint(0, 11, (b, n))
+    changed = tokens.clone()
+    changed[:, t + 1 :] = (tokens[:, t + 1 :] + 1) % 11
+    with torch.no_grad():
+        out = model(tokens, pos, causal=True, inputs=inputs)
+        out_changed = model(changed, pos, causal=True, inputs=inputs)
+    torch.testing.assert_close(out[:, : t + 1], out_changed[:, : t + 1])

@@ -24,7 +24,8 @@ The output at p depends only on the window around p, by the same weights at ever
 the layer is translation-equivariant, and absolute position enters only through the
 zeros outside the sequence, so it is visible within about K/2 tokens of either end
 (Part V's chapter measures this). The window reads tokens *after* p: ``causal=True``
-pads K - 1 zeros on the left only, so frame p reads p - K + 1 .. p (for a decoder).
+pads K - 1 zeros on the left only, so frame p reads p - K + 1 .. p (for a decoder);
+a model called with ``causal=True`` gets that window whatever ``causal`` says here.
 The positions handed to ``encode_input`` are ignored: the layer reads token order.
 """
 
@@ -85,24 +86,32 @@ class ConvPositionalEmbedding(PositionalEncoding):
         # one magnitude per kernel tap: the norm runs over dims 0 and 1
         self.conv = nn.utils.parametrizations.weight_norm(conv, name="weight", dim=2)
 
-    def features(self, x: torch.Tensor) -> torch.Tensor:
-        """``(b, n, D) -> (b, n, D)``: GELU(conv(x)), the term added to ``x``."""
+    def features(self, x: torch.Tensor, causal: bool | None = None) -> torch.Tensor:
+        """``(b, n, D) -> (b, n, D)``: GELU(conv(x)), the term added to ``x``;
+        ``causal`` (default: the layer's own setting) pads on the left only."""
+        causal = self.causal if causal is None else causal
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(
                 f"x must have shape (b, n, {self.d_model}), got {tuple(x.shape)}"
             )
         k = self.kernel_size
-        left, right = (k - 1, 0) if self.causal else (k // 2, k // 2)
+        left, right = (k - 1, 0) if causal else (k // 2, k // 2)
         dtype = self.conv.bias.dtype  # computed in the layer's dtype, returned in x's
         h = F.pad(x.transpose(1, 2).to(dtype), (left, right))  # (b, D, n + padding)
         h = self.conv(h)  # (b, D, n + 1) for even K, symmetric; else (b, D, n)
-        if not self.causal and k % 2 == 0:
+        if not causal and k % 2 == 0:
             h = h[..., :-1]  # SamePad: drop the extra last frame
         return F.gelu(h).transpose(1, 2).to(x.dtype)  # (b, n, D)
 
-    def encode_input(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        # x + GELU(conv(x)); pos is not read: the window follows token order
-        return x + self.features(x)  # (b, n, D)
+    def encode_input(
+        self, x: torch.Tensor, pos: torch.Tensor, ctx=None
+    ) -> torch.Tensor:
+        # x + GELU(conv(x)); pos is not read: the window follows token order. In a
+        # causal model (ctx.causal) the window ends at p, whatever the layer was built
+        # with: a centred window would read later tokens, the very ones a language
+        # model must predict.
+        causal = self.causal or (ctx is not None and ctx.causal)
+        return x + self.features(x, causal=causal)  # (b, n, D)
 
     def extra_repr(self) -> str:
         return (
