@@ -15,6 +15,7 @@ from .base import FOUR_TERMS, HOOKS, Context, PositionalEncoding
 from .data import CharCorpus, MarkovSource, copy_offset_batch, stdlib_corpus
 from .encodings import *  # noqa: F401,F403  (every encoding module registers itself)
 from .encodings import __all__ as _encodings_all
+from .measure import best_time, tensor_memory
 from .model import TinyTransformer
 from .plotting import COLORS, color_for, heatmap, set_plot_style
 from .registry import REGISTRY, make_encoding, register
@@ -48,6 +49,8 @@ __all__ = [
     "copy_offset_batch",
     "stdlib_corpus",
     "TinyTransformer",
+    "best_time",
+    "tensor_memory",
     "COLORS",
     "color_for",
     "heatmap",

@@ -1,0 +1,98 @@
+"""Measuring what a computation costs, on any device: time and tensor memory.
+
+``tensor_memory(fn)`` runs ``fn()`` and reports the peak of the memory held by the
+tensors it creates (its result included), by watching every tensor the ATen dispatcher
+returns (``TorchDispatchMode``) and when each is freed. It counts what the
+computation *materialises*, independent of the allocator's caching (which makes
+process-level numbers noisy on a CPU); workspace that a fused kernel allocates
+internally and frees before returning is not visible to it. Tensors that existed
+before the call (weights, inputs) are not counted.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+__all__ = ["tensor_memory", "best_time"]
+
+
+class _Watch(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.live: dict[int, list[int]] = {}  # storage pointer -> [bytes, tensors]
+        self.current = 0
+        self.peak = 0
+
+    def _release(self, ptr: int) -> None:
+        entry = self.live.get(ptr)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] == 0:
+            self.current -= entry[0]
+            del self.live[ptr]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        # a view or in-place result shares an input's storage: it is new memory only
+        # if that storage is (it was created inside the call)
+        inputs = {
+            t.untyped_storage().data_ptr()
+            for t in tree_leaves((args, kwargs))
+            if isinstance(t, torch.Tensor)
+        }
+        seen = set()
+        for t in tree_leaves(out):
+            if not isinstance(t, torch.Tensor) or id(t) in seen:
+                continue
+            seen.add(id(t))
+            storage = t.untyped_storage()
+            ptr, nbytes = storage.data_ptr(), storage.nbytes()
+            if not nbytes or (ptr in inputs and ptr not in self.live):
+                continue  # empty, or a view of a tensor from before the call
+            if ptr in self.live:
+                self.live[ptr][1] += 1
+            else:
+                self.live[ptr] = [nbytes, 1]
+                self.current += nbytes
+                self.peak = max(self.peak, self.current)
+            weakref.finalize(t, self._release, ptr)
+        return out
+
+
+def tensor_memory(fn: Callable[[], object]) -> tuple[object, int]:
+    """``(fn(), peak bytes)``: the most memory the tensors created by ``fn`` held at
+    once (see the module docstring for what is and is not counted)."""
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    watch = _Watch()
+    with watch:
+        result = fn()
+    return result, watch.peak
+
+
+def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
+    """The fastest of ``repeats`` wall-clock runs of ``fn()`` in seconds, after
+    ``warmup`` untimed runs (synchronising CUDA when it is in use)."""
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    for name, value, low in (("repeats", repeats, 1), ("warmup", warmup, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    for _ in range(warmup):
+        fn()
+    sync()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync()
+        best = min(best, time.perf_counter() - start)
+    return best

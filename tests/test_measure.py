@@ -1,0 +1,49 @@
+"""posenc_lib.measure: tensor memory counted exactly on simple programs; timing."""
+
+import pytest
+import torch
+
+import posenc_lib as pl
+
+
+def test_a_matrix_product_materialises_its_result():
+    a = torch.randn(64, 32)
+    out, peak = pl.tensor_memory(lambda: a @ a.T)
+    assert out.shape == (64, 64)
+    assert peak == 64 * 64 * 4
+
+
+def test_freed_tensors_are_subtracted_and_views_are_not_counted_twice():
+    def program():
+        x = torch.zeros(1000)  # 4000 bytes
+        y = x.view(10, 100)  # a view: no new memory
+        z = y + 1  # 4000 more: the peak, 8000
+        del x, y
+        return (z * 2).sum()  # x is gone: z, z * 2 and the 4-byte sum
+
+    _, peak = pl.tensor_memory(program)
+    assert peak == 8004
+
+
+def test_quadratic_bias_shows_in_the_memory_and_the_fused_path_does_not():
+    """ALiBi's float bias is (h, n, n); NoPE's causal call builds nothing n x n."""
+    peaks = {}
+    for name in ("nope", "alibi"):
+        pe = pl.make_encoding(name, d_model=32, n_heads=4, max_len=512)
+        mha = pl.MultiHeadAttention(32, 4, pe).eval()
+        for n in (128, 256):
+            x = torch.randn(1, n, 32)
+            with torch.no_grad():
+                _, peaks[name, n] = pl.tensor_memory(lambda: mha(x, None, causal=True))
+    assert peaks["nope", 256] / peaks["nope", 128] < 2.5  # linear in n
+    assert peaks["alibi", 256] / peaks["alibi", 128] > 3.0  # quadratic in n
+
+
+def test_best_time_is_positive_and_arguments_are_checked():
+    assert pl.best_time(lambda: torch.ones(10).sum(), repeats=2) > 0
+    with pytest.raises(TypeError, match="fn must be callable"):
+        pl.best_time(3)
+    with pytest.raises(TypeError, match="fn must be callable"):
+        pl.tensor_memory(None)
+    with pytest.raises(ValueError, match="repeats must be an int >= 1"):
+        pl.best_time(lambda: None, repeats=0)
