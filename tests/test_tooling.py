@@ -24,7 +24,7 @@ def load_build_site(root: pathlib.Path):
 
 
 def test_cache_key_changes_when_the_library_or_the_pins_change(tmp_path):
-    for name in ("posenc_lib", "requirements.txt", "pyproject.toml"):
+    for name in ("posenc_lib", "requirements.txt", "pyproject.toml", "_toc.yml"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
     build_site = load_build_site(tmp_path)
@@ -37,7 +37,11 @@ def test_cache_key_changes_when_the_library_or_the_pins_change(tmp_path):
     assert after_lib != before  # a library edit drops the cache
     with open(tmp_path / "requirements.txt", "a") as f:
         f.write("# changed pin\n")
-    assert build_site.library_hash() != after_lib  # so does a change of pins
+    after_pins = build_site.library_hash()
+    assert after_pins != after_lib  # so does a change of pins
+    with open(tmp_path / "_toc.yml", "a") as f:
+        f.write("# a new part\n")
+    assert build_site.library_hash() != after_pins  # and of the table of contents
 
 
 def test_code_fits_the_page():
