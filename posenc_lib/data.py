@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import pathlib
 import sysconfig
 
@@ -33,6 +34,16 @@ class MarkovSource:
     ):
         self.n_states = check_positive_int(n_states, "n_states")
         self.order = check_positive_int(order, "order")
+        if (
+            isinstance(temperature, bool)
+            or not isinstance(temperature, (int, float))
+            or not math.isfinite(temperature)
+            or temperature <= 0
+        ):
+            raise ValueError(
+                f"temperature must be a finite number > 0, got {temperature!r} (it "
+                "divides the logits of the transition table)"
+            )
         g = torch.Generator().manual_seed(seed)
         logits = torch.randn(
             (n_states,) * order + (n_states,), generator=g, dtype=torch.float64
@@ -153,10 +164,15 @@ def stdlib_corpus(
     check_positive_int(n_chars, "n_chars")
     root = pathlib.Path(sysconfig.get_paths()["stdlib"])
     parts = []
+    missing = [name for name in modules if not (root / f"{name}.py").exists()]
+    if missing:
+        raise ValueError(
+            f"modules {missing} have no source file {root}/<name>.py in this Python's "
+            "standard library; name top-level .py modules such as 'os' or 'typing'"
+        )
     for name in modules:
         path = root / f"{name}.py"
-        if path.exists():
-            parts.append(path.read_text(encoding="utf-8", errors="ignore"))
+        parts.append(path.read_text(encoding="utf-8", errors="ignore"))
     text = "".join(ch for ch in "\n".join(parts) if ch == "\n" or 32 <= ord(ch) < 127)
     if len(text) < 1000:
         raise RuntimeError(f"could not read the standard library's source under {root}")

@@ -65,6 +65,12 @@ def setup(seed: int = 0, threads: int | None = 1) -> torch.device:
     same training loop up to five times slower and far less repeatable (see
     ``EXPERIMENTS.md``). Returns the device to use (CUDA when present).
     """
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(
+                f"threads must be a positive int (or None to leave torch's setting), "
+                f"got {threads!r}"
+            )
     seed_everything(seed)
     if threads is not None:
         torch.set_num_threads(threads)

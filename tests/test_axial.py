@@ -81,9 +81,7 @@ def test_factory_factorisation_covers_max_len_and_is_near_square(max_len):
 def test_positions_past_n1_n2_are_a_clear_error():
     pe = pl.AxialPositionalEncoding(3, 4, 2, 2)
     x = torch.zeros(1, 13, 4)
-    with pytest.raises(
-        ValueError, match=r"pos must lie in \[0, n1 \* n2\) = \[0, 12\)"
-    ):
+    with pytest.raises(ValueError, match=r"pos must lie in \[0, max_len\) = \[0, 12\)"):
         pe.encode_input(x, torch.arange(13)[None])
     with pytest.raises(ValueError, match="pos must be >= 0"):
         pe.encode_input(x[:, :1], torch.tensor([[-1]]))
@@ -96,8 +94,13 @@ def test_positions_past_n1_n2_are_a_clear_error():
         n_layers=1,
         pe=pl.make_encoding("axial", d_model=16, n_heads=2, max_len=16),
     )
-    with pytest.raises(ValueError, match="n1 \\* n2"):
+    with pytest.raises(ValueError, match=r"\[0, max_len\) = \[0, 16\)"):
         model(torch.randint(5, (1, 17)))
+    # a max_len that the grid over-covers is still the limit, as for a learned table
+    pe = pl.make_encoding("axial", d_model=8, n_heads=2, max_len=10)  # 4 x 3 grid
+    assert (pe.n1 * pe.n2, pe.max_len) == (12, 10)
+    with pytest.raises(ValueError, match=r"\[0, max_len\) = \[0, 10\)"):
+        pe.encode_input(torch.zeros(1, 11, 8), torch.arange(11)[None])
 
 
 def test_bad_arguments_are_clear_errors():

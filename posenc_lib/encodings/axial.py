@@ -75,6 +75,7 @@ class AxialPositionalEncoding(PositionalEncoding):
         d2: int,
         mode: str = "concat",
         init_std: float = 1.0,
+        max_len: int | None = None,
     ):
         super().__init__()
         self.n1, self.n2 = check_positive_int(n1, "n1"), check_positive_int(n2, "n2")
@@ -90,7 +91,17 @@ class AxialPositionalEncoding(PositionalEncoding):
             raise ValueError(f"init_std must be >= 0, got {init_std}")
         self.mode = mode
         self.d_model = d1 + d2 if mode == "concat" else d1
-        self.max_len = n1 * n2
+        # the grid holds n1 * n2 rows; a smaller max_len (the length asked for) is the
+        # limit, as for a learned table: rows past it exist but were never meant to be
+        # used, and would be trained by nothing
+        self.max_len = (
+            n1 * n2 if max_len is None else check_positive_int(max_len, "max_len")
+        )
+        if self.max_len > n1 * n2:
+            raise ValueError(
+                f"max_len ({self.max_len}) must be <= n1 * n2 = {n1 * n2}, the rows "
+                "the grid holds"
+            )
         self.p1 = nn.Parameter(
             torch.randn(n1, d1) * init_std
         )  # (n1, d1): position inside a segment
@@ -99,12 +110,12 @@ class AxialPositionalEncoding(PositionalEncoding):
         )  # (n2, d2): which segment
 
     def check_positions(self, pos: torch.Tensor) -> None:
-        """Raise ``ValueError`` unless every position lies in ``[0, n1 * n2)``."""
-        if pos.numel() and pos.max() >= self.max_len:
+        """Raise ``ValueError`` unless every position lies in ``[0, max_len)``."""
+        if pos.numel() and (pos.max() >= self.max_len or pos.min() < 0):
             raise ValueError(
-                f"pos must lie in [0, n1 * n2) = [0, {self.max_len}) for axial tables "
-                f"with n1={self.n1}, n2={self.n2}, got a maximum of {int(pos.max())}: "
-                "its segment s = pos // n1 >= n2 has no row"
+                f"pos must lie in [0, max_len) = [0, {self.max_len}) for this axial "
+                f"table (n1={self.n1}, n2={self.n2}), got values in "
+                f"[{int(pos.min())}, {int(pos.max())}]"
             )
 
     def embed(self, pos: torch.Tensor) -> torch.Tensor:
@@ -160,5 +171,5 @@ def _make(*, d_model: int, n_heads: int, max_len: int) -> AxialPositionalEncodin
     n1, n2 = axial_shape(max_len)
     # half the dimensions for the place inside a segment, half for the segment index
     return AxialPositionalEncoding(
-        n1, n2, d_model // 2, d_model - d_model // 2, mode="concat"
+        n1, n2, d_model // 2, d_model - d_model // 2, mode="concat", max_len=max_len
     )

@@ -175,6 +175,7 @@ class HuangMethod3(_HuangTable):
     }
 
     def __init__(self, max_distance: int, d_head: int):
+        check_positive_int(d_head, "d_head")  # named as the caller wrote it
         super().__init__(max_distance, d_head, True, init="ones")
 
     def score_bias(
@@ -204,6 +205,7 @@ class HuangMethod4(_HuangTable):
     }
 
     def __init__(self, max_distance: int, d_head: int):
+        check_positive_int(d_head, "d_head")  # named as the caller wrote it
         super().__init__(max_distance, d_head, True, init="normal")
 
     def score_bias(

@@ -358,6 +358,11 @@ def apply_rope(
             "x must be a 4-D tensor (b, h, n, d), got shape "
             f"{tuple(getattr(x, 'shape', ()))}"
         )
+    if not x.is_floating_point():
+        raise TypeError(
+            f"x must be a floating-point tensor, got {x.dtype}: cos and sin cast to an "
+            "integer dtype are 0 and +-1, a silently wrong rotation"
+        )
     b, _, n, d = x.shape
     if d % 2:
         raise ValueError(
@@ -447,15 +452,17 @@ class Rotary(PositionalEncoding):
         inv_freq, self.attention_factor = rope_inv_freq(d_head, base, scaling, **params)
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (d/2,) float64
 
-    def _check(self, q: torch.Tensor) -> None:
-        if q.shape[-1] != self.d_head:
-            raise ValueError(
-                f"q has head dimension {q.shape[-1]}, but this {type(self).__name__} "
-                f"was built for d_head={self.d_head}"
-            )
+    def _check(self, q: torch.Tensor, k: torch.Tensor | None = None) -> None:
+        for name, t in (("q", q), ("k", k)):
+            if t is not None and t.shape[-1] != self.d_head:
+                raise ValueError(
+                    f"{name} has head dimension {t.shape[-1]}, but this "
+                    f"{type(self).__name__} was built for d_head={self.d_head} "
+                    "(q and k must both have it)"
+                )
 
     def transform_qk(self, q, k, q_pos, k_pos):
-        self._check(q)
+        self._check(q, k)
         return (
             apply_rope(q, q_pos, self.inv_freq, self.layout, self.attention_factor),
             apply_rope(k, k_pos, self.inv_freq, self.layout, self.attention_factor),
@@ -493,7 +500,7 @@ class DynamicRotary(Rotary):
         self.factor = _check_factor(factor)
 
     def transform_qk(self, q, k, q_pos, k_pos):
-        self._check(q)
+        self._check(q, k)
         seq_len = int(max(q_pos.max(), k_pos.max())) + 1
         inv_freq, _ = rope_inv_freq(
             self.d_head,

@@ -113,6 +113,11 @@ class Sinusoidal(PositionalEncoding):
         self.base = float(base)
 
     def encode_input(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        if not x.is_floating_point():
+            raise TypeError(
+                f"x must be a floating-point tensor (embeddings), got {x.dtype}: an "
+                "integer x would round the sinusoids to 0 and +-1"
+            )
         if x.shape[-1] != self.d_model:
             raise ValueError(
                 f"x has model dimension {x.shape[-1]}, but this Sinusoidal encoding "
