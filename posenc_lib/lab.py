@@ -129,6 +129,42 @@ class LabConfig:
     def lengths(self) -> tuple[int, ...]:
         return tuple(f * self.train_len for f in self.factors)
 
+    def describe(self) -> str:
+        """The harness in words, generated from this configuration: chapters print it
+        instead of typing a description that could drift from the code."""
+        if self.dataset == "markov":
+            floor = MarkovSource(
+                self.markov_states,
+                self.markov_order,
+                self.markov_seed,
+                self.markov_temperature,
+            ).loss_floor
+            data = (
+                f"an order-{self.markov_order} Markov chain over "
+                f"{self.markov_states} symbols (temperature "
+                f"{self.markov_temperature:g}, chain seed {self.markov_seed}); its "
+                f"entropy rate, the loss floor, is {floor:.3f} nats/token"
+            )
+        else:
+            data = (
+                f"the first {self.corpus_chars:,} characters of the Python standard "
+                "library's own source"
+            )
+        lengths = ", ".join(f"{n}" for n in self.lengths)
+        return "\n".join(
+            [
+                f"- Data: {data}.",
+                f"- Model: {self.n_layers} layer(s), d_model {self.d_model}, "
+                f"{self.n_heads} heads ({self.d_model // self.n_heads} dimensions "
+                "per head).",
+                f"- Training: {self.steps} steps of {self.batch_size} windows of "
+                f"L = {self.train_len} tokens (AdamW, learning rate {self.lr:g}).",
+                f"- Evaluation: {self.eval_sequences} long sequences, read in windows "
+                f"of N = {lengths} tokens; reported: the loss on positions past L "
+                "and the mean loss over each window.",
+            ]
+        )
+
 
 @dataclass
 class LabData:

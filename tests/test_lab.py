@@ -151,3 +151,13 @@ def test_every_registered_encoding_runs_in_the_harness():
         assert res.undefined or all(math.isfinite(v) for v in res.loss_past.values()), (
             name
         )
+
+
+def test_describe_is_generated_from_the_config():
+    cfg = lab.LabConfig(train_len=24, steps=77, d_model=48, n_heads=6, n_layers=3)
+    text = cfg.describe()
+    for fragment in ("L = 24", "77 steps", "d_model 48", "6 heads", "3 layer(s)"):
+        assert fragment in text, fragment
+    floor = pl.MarkovSource(8, 2, 0, cfg.markov_temperature).loss_floor
+    assert f"{floor:.3f} nats/token" in text
+    assert "standard library" in lab.LabConfig(dataset="stdlib").describe()
