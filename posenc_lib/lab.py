@@ -36,7 +36,9 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
+from .base import HOOKS, PositionalEncoding
 from .data import MarkovSource, stdlib_corpus
 from .model import TinyTransformer
 from .plotting import color_for
@@ -350,22 +352,56 @@ def run_lab(
     seeds: tuple[int, ...] = (0,),
     device: torch.device | None = None,
     verbose: bool = True,
+    progress: bool = False,
 ) -> list[LabResult]:
-    """``run_encoding`` for every name and seed (the data is built once per seed);
-    prints a line each."""
+    """``run_encoding`` for every name and seed (the data is built once per seed).
+
+    ``verbose`` prints a line per run; ``progress`` shows one progress bar for the
+    whole sweep instead (print ``format_table(results)`` afterwards for one table).
+    """
     if not names:
         raise ValueError("names must list at least one encoding")
     if not seeds:
         raise ValueError("seeds must list at least one seed")
     results = []
+    bar = tqdm(
+        total=len(names) * len(seeds), desc="lab", disable=not progress, leave=False
+    )
     for seed in seeds:
         data = make_lab_data(cfg, seed)
         for name in names:
+            bar.set_postfix_str(f"{name}, seed {seed}")
             res = run_encoding(name, cfg, data, seed, device)
             results.append(res)
-            if verbose:
+            bar.update()
+            if verbose and not progress:
                 print(_line(res))
+    bar.close()
     return results
+
+
+def encoding_groups(names) -> dict[str, list[str]]:
+    """Sort registered encodings by how position enters attention, read from the hooks
+    each overrides (for small multiples instead of one crowded plot)."""
+    groups: dict[str, list[str]] = {
+        "added to the input": [],
+        "rotations of q and k": [],
+        "biases and re-weighting of scores": [],
+        "no position index (mask, gates, data)": [],
+    }
+    for name in names:
+        pe = REGISTRY[name](d_model=32, n_heads=4, max_len=16)
+        base = PositionalEncoding
+        own = {h for h in HOOKS if getattr(type(pe), h) is not getattr(base, h)}
+        if "encode_input" in own:
+            groups["added to the input"].append(name)
+        elif pe._ctx_hooks or not own:  # reads the data, or nothing at all
+            groups["no position index (mask, gates, data)"].append(name)
+        elif "transform_qk" in own:
+            groups["rotations of q and k"].append(name)
+        else:
+            groups["biases and re-weighting of scores"].append(name)
+    return {k: v for k, v in groups.items() if v}
 
 
 def _line(res: LabResult) -> str:
