@@ -44,6 +44,7 @@ __all__ = [
     "rotate_half",
     "rotate_every_two",
     "apply_rope",
+    "rope_cos_sin",
 ]
 
 LAYOUTS = ("half", "interleaved")
@@ -344,9 +345,11 @@ def apply_rope(
     inv_freq: torch.Tensor,
     layout: str = "half",
     attention_factor: float = 1.0,
+    cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Rotate ``x`` ``(b, h, n, d)`` at integer ``positions`` ``(n,)`` or ``(b, n)``;
-    same shape and dtype.
+    same shape and dtype. ``cos_sin``: the ``rope_cos_sin`` of these positions, when
+    the caller has them already.
 
     x_m -> x_m * cos(m theta) + rot(x_m) * sin(m theta), with rot = ``rotate_half`` for
     ``layout="half"`` and ``rotate_every_two`` for ``"interleaved"``; the result is
@@ -394,25 +397,36 @@ def apply_rope(
             f"inv_freq must have shape ({d // 2},) for d = {d}, got "
             f"{tuple(inv_freq.shape)}"
         )
+    if cos_sin is None:
+        cos_sin = rope_cos_sin(positions, inv_freq, layout, attention_factor, x.dtype)
+    cos, sin = cos_sin  # (b|1, 1, n, d)
+    rot = rotate_half(x) if layout == "half" else rotate_every_two(x)
+    return x * cos + rot * sin  # (b, h, n, d)
+
+
+def rope_cos_sin(
+    positions: torch.Tensor,
+    inv_freq: torch.Tensor,
+    layout: str = "half",
+    attention_factor: float = 1.0,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(cos, sin)`` ``(b|1, 1, n, d)`` for integer ``positions`` ``(b|1, n)``, in the
+    coordinate order of ``layout``, scaled by ``attention_factor``; angles in float64,
+    results in ``dtype``. ``apply_rope`` computes them unless given them (``Rotary``
+    caches them per positions, since every layer and step reuses them)."""
     # angle_{m,i} = m * theta_i
     angles = positions.to(torch.float64)[:, None, :, None] * inv_freq.to(
-        x.device, torch.float64
+        positions.device, torch.float64
     )  # (b|1, 1, n, d/2)
     if layout == "half":
-        angles, rot = (
-            torch.cat((angles, angles), dim=-1),
-            rotate_half(x),
-        )  # (.., d): th_0..th_{d/2-1} twice
+        angles = torch.cat((angles, angles), dim=-1)  # th_0..th_{d/2-1} twice
     else:
-        angles, rot = (
-            angles.repeat_interleave(2, dim=-1),
-            rotate_every_two(x),
-        )  # (.., d): th_0, th_0, th_1, th_1, ..
-    cos, sin = (
-        (attention_factor * angles.cos()).to(x.dtype),
-        (attention_factor * angles.sin()).to(x.dtype),
+        angles = angles.repeat_interleave(2, dim=-1)  # th_0, th_0, th_1, th_1, ..
+    return (
+        (attention_factor * angles.cos()).to(dtype),
+        (attention_factor * angles.sin()).to(dtype),
     )
-    return x * cos + rot * sin  # (b, h, n, d)
 
 
 class Rotary(PositionalEncoding):
@@ -463,10 +477,23 @@ class Rotary(PositionalEncoding):
 
     def transform_qk(self, q, k, q_pos, k_pos):
         self._check(q, k)
-        return (
-            apply_rope(q, q_pos, self.inv_freq, self.layout, self.attention_factor),
-            apply_rope(k, k_pos, self.inv_freq, self.layout, self.attention_factor),
-        )
+        return self._rotate(q, q_pos, "q"), self._rotate(k, k_pos, "k")
+
+    def _rotate(self, x: torch.Tensor, pos: torch.Tensor, which: str) -> torch.Tensor:
+        # cos and sin depend on the positions only: built once, reused by every layer
+        # and step that sees the same positions (the cache compares them by value)
+        args = (self.inv_freq, self.layout, self.attention_factor)
+        pos = torch.as_tensor(pos, device=x.device)
+        cos_sin = None
+        if pos.dtype in (torch.int64, torch.int32) and pos.dim() in (1, 2):
+            cos_sin = self.cached(
+                f"cos_sin_{which}",
+                (pos if pos.dim() == 2 else pos[None], x.dtype, self.layout),
+                lambda: rope_cos_sin(
+                    pos if pos.dim() == 2 else pos[None], *args, dtype=x.dtype
+                ),
+            )  # keyed on inv_freq too: changing the buffer rebuilds them
+        return apply_rope(x, pos, *args, cos_sin=cos_sin)
 
     def extra_repr(self) -> str:
         return (
