@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import Context, PositionalEncoding
-from .utils import check_positive_int
+from .utils import check_bool_mask, check_positive_int
 
 __all__ = ["attention", "MultiHeadAttention", "as_positions", "PATHS"]
 
@@ -310,18 +310,7 @@ def _allowed(q_pos, k_pos, causal, mask, shape) -> torch.Tensor | None:
     elif causal:  # coordinates: token order
         allowed = _tril(i, j, q_pos.device)
     if mask is not None:
-        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            raise TypeError(
-                "mask must be a bool tensor (True = may attend), got "
-                f"{getattr(mask, 'dtype', type(mask).__name__)}"
-            )
-        try:
-            torch.broadcast_shapes(mask.shape, shape)
-        except RuntimeError:
-            raise ValueError(
-                f"mask must be broadcastable to (b, h, i, j) = {shape}, "
-                f"got {tuple(mask.shape)}"
-            ) from None
+        check_bool_mask(mask, shape, "(b, h, i, j) =")
         allowed = mask if allowed is None else allowed & mask
     if allowed is not None and not allowed.any(-1).all():
         raise ValueError(

@@ -21,6 +21,7 @@ __all__ = [
     "check_shape",
     "check_positive_int",
     "check_nonnegative_int",
+    "check_bool_mask",
     "setup",
 ]
 
@@ -138,3 +139,20 @@ def check_shape(
                 f"({', '.join(axes)}) must be {expected}"
             )
     return {a: sizes[a] for a in axes if not a.isdigit()}
+
+
+def check_bool_mask(mask: object, shape: tuple[int, ...], what: str) -> None:
+    """Raise a clear error unless ``mask`` is a bool tensor (True = may attend) that
+    broadcasts to ``shape``; ``what`` names that shape in the message."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        raise TypeError(
+            "mask must be a bool tensor (True = may attend), got "
+            f"{getattr(mask, 'dtype', type(mask).__name__)}"
+        )
+    try:
+        torch.broadcast_shapes(mask.shape, shape)
+    except RuntimeError:
+        raise ValueError(
+            f"mask must be broadcastable to {what} {tuple(shape)}, got "
+            f"{tuple(mask.shape)}"
+        ) from None

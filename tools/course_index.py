@@ -16,6 +16,9 @@ import pathlib
 import re
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import generated_page  # noqa: E402
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGE = ROOT / "book" / "teaching" / "chapters.md"
 TIMINGS = ROOT / "tools" / "timings"
@@ -155,16 +158,7 @@ def render() -> str:
 
 
 def main() -> int:
-    text = render()
-    if "--check" in sys.argv:
-        if not PAGE.exists() or PAGE.read_text() != text:
-            print(f"{PAGE.relative_to(ROOT)} is out of date: run tools/course_index.py")
-            return 1
-        return 0
-    PAGE.parent.mkdir(parents=True, exist_ok=True)
-    PAGE.write_text(text)
-    print(f"wrote {PAGE.relative_to(ROOT)}")
-    return 0
+    return generated_page.main(PAGE, render, "course_index.py")
 
 
 if __name__ == "__main__":

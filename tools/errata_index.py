@@ -24,6 +24,9 @@ import pathlib
 import re
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import generated_page  # noqa: E402
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGE = ROOT / "book" / "appendix" / "errata.md"
 ADMONITION = re.compile(
@@ -112,16 +115,7 @@ def render(rows: list[dict[str, str]]) -> str:
 
 
 def main() -> int:
-    text = render(collect())
-    if "--check" in sys.argv:
-        if not PAGE.exists() or PAGE.read_text() != text:
-            print(f"{PAGE.relative_to(ROOT)} is out of date: run tools/errata_index.py")
-            return 1
-        return 0
-    PAGE.parent.mkdir(parents=True, exist_ok=True)
-    PAGE.write_text(text)
-    print(f"wrote {PAGE.relative_to(ROOT)}")
-    return 0
+    return generated_page.main(PAGE, lambda: render(collect()), "errata_index.py")
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ import torch.nn.functional as F
 
 from ..base import Context, PositionalEncoding
 from ..registry import register
+from ..utils import check_bool_mask
 
 __all__ = ["StickBreaking", "stick_breaking_weights"]
 
@@ -109,18 +110,7 @@ def stick_breaking_weights(
     # the keys a query may break the stick on, in token order
     allowed = key <= own if attend_current else key < own  # (i, j)
     if mask is not None:
-        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            raise TypeError(
-                "mask must be a bool tensor (True = may attend), got "
-                f"{getattr(mask, 'dtype', type(mask).__name__)}"
-            )
-        try:
-            torch.broadcast_shapes(mask.shape, scores.shape)
-        except RuntimeError:
-            raise ValueError(
-                f"mask must be broadcastable to scores {tuple(scores.shape)}, got "
-                f"{tuple(mask.shape)}"
-            ) from None
+        check_bool_mask(mask, scores.shape, "scores")
         if (mask & (key > own)).any():
             raise ValueError(
                 "mask allows a query a key that comes after it in token order; "

@@ -1,0 +1,25 @@
+"""Write a generated page, or check that the committed one is up to date: the shared
+command line of tools/errata_index.py and tools/course_index.py."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+from typing import Callable
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def main(page: pathlib.Path, render: Callable[[], str], tool: str) -> int:
+    """``tool [--check]``: write ``render()`` to ``page``, or with ``--check`` exit 1
+    when ``page`` differs from it."""
+    text = render()
+    if "--check" in sys.argv:
+        if not page.exists() or page.read_text() != text:
+            print(f"{page.relative_to(ROOT)} is out of date: run tools/{tool}")
+            return 1
+        return 0
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(text)
+    print(f"wrote {page.relative_to(ROOT)}")
+    return 0
