@@ -67,11 +67,12 @@ def collect() -> list[dict[str, str]]:
                         section = m.group(2)
                     continue
                 body = m.group("body")
+                # what the box corrects: the deck when the box, or the paragraph that
+                # introduces it, quotes the deck or the slides
+                before = text[: m.start()].strip().split("\n\n")[-1]
+                deck = any(DECK.search(t) for t in (body, m.group("title"), before))
                 cited = [k.strip() for c in CITE.findall(body) for k in c.split(",")]
-                sources = []
-                if DECK.search(body) or DECK.search(m.group("title")):
-                    sources.append("curtis2025deck")
-                sources += [k for k in cited if k and k not in sources]
+                cited = [k for k in dict.fromkeys(cited) if k and k != "curtis2025deck"]
                 rows.append(
                     dict(
                         entry=entry,
@@ -79,7 +80,8 @@ def collect() -> list[dict[str, str]]:
                         section=section,
                         title=m.group("title").split(":", 1)[-1].strip()
                         or m.group("title"),
-                        sources=", ".join(sources),
+                        deck=deck,
+                        cited=", ".join(cited),
                     )
                 )
     return rows
@@ -92,9 +94,9 @@ def render(rows: list[dict[str, str]]) -> str:
         "Every erratum in the book, in reading order, generated from the chapters by "
         "`tools/errata_index.py` each time the site is built (a test fails when one is "
         "missing). Each chapter's box quotes what a source says, corrects it and shows "
-        "the check in code; *corrects* names the source deck "
-        "{footcite:p}`curtis2025deck` when the box speaks of the deck or the slides, "
-        "and the works the box cites.",
+        "the check in code. *Corrects the deck* marks the boxes that correct the "
+        "source deck {footcite:p}`curtis2025deck` (the box or the paragraph before it "
+        "quotes it); *evidence* lists the works the box cites for its check.",
         "",
         f"The book has **{len(rows)} errata** in "
         f"**{len({r['entry'] for r in rows})} chapters**.",
@@ -106,10 +108,15 @@ def render(rows: list[dict[str, str]]) -> str:
             current = row["entry"]
             link = f"../{row['entry'].removeprefix('book/')}.ipynb"
             lines += ["", f"## [{row['chapter']}]({link})", ""]
-        keys = row["sources"].split(", ") if row["sources"] else []
-        corrects = "; corrects " + ", ".join(f"{{footcite:t}}`{k}`" for k in keys)
+        keys = row["cited"].split(", ") if row["cited"] else []
+        notes = (["corrects the deck"] if row["deck"] else []) + (
+            ["evidence: " + ", ".join(f"{{footcite:t}}`{k}`" for k in keys)]
+            if keys
+            else []
+        )
         section = f" (section *{row['section']}*)" if row["section"] else ""
-        lines.append(f"- {row['title']}{section}{corrects if keys else ''}")
+        tail = "; " + "; ".join(notes) if notes else ""
+        lines.append(f"- {row['title']}{section}{tail}")
     lines += ["", "## References", "", "```{footbibliography}", "```"]
     return "\n".join(lines).rstrip() + "\n"
 
