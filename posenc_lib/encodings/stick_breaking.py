@@ -141,8 +141,8 @@ class StickBreaking(PositionalEncoding):
       the authors' kernel-test reference: the stick left over goes to the query's own
       value, so every row's weights sum to 1 once it is counted and the first token,
       which has no earlier key, outputs ``v_0`` instead of 0. ``None`` drops it (fla's
-      layer). With ``attend_current=False``, ``"value"`` equals ``attend_current=True``
-      with the query's own break point forced to 1.
+      layer). ``"value"`` equals one more key with break point 1 and value ``v_i``,
+      placed *before* the first token: it takes whatever the real keys left.
 
     **Token order, not positions.** The integer positions are not read: shifting them
     changes nothing. The causal mask that the attention function builds from them (and
