@@ -11,11 +11,13 @@ Three paths give the same result (the registry contract test holds them equal):
   order (positions a run ``s, s+1, ...`` with the queries the last ``i`` keys, or
   coordinates) builds nothing ``n x n``: without a bias the kernel's own causal mode,
   with one the queries in blocks, each against only the keys it can see. A bias that
-  depends on positions and parameters only (an encoding whose ``score_mod`` takes no
-  ``ctx``) is built once with its mask and reused while they stay the same
-  (``PositionalEncoding.cached``): across layers and training steps.
+  depends on positions, parameters and side inputs only (an encoding whose
+  ``score_mod`` takes no ``ctx``, or reads only ``ctx.inputs`` and says so in
+  ``ctx_reads``) is built once with its mask and reused while they stay the same
+  (``PositionalEncoding.cached``): across layers, and across steps without gradients.
 * ``"flex"``: FlexAttention, compiled, with the encoding's ``score_mod`` and a block
-  mask (forward only on CPU; see ``attention``).
+  mask (the causal triangle in token order, so unseen blocks are skipped; forward only
+  on CPU; see ``attention``).
 """
 
 from __future__ import annotations
@@ -174,8 +176,9 @@ def attention(
 
     # causal in token order: query t sees keys 0 .. t + j - i, in every row and head
     ordered = causal and i <= j and (axes is not None or _is_run(q_pos, k_pos))
+    reads_mask = bool(pe._ctx_hooks) and _reads(pe, "mask")
     dense = (
-        path == "slow" or mask is not None or bool(pe._ctx_hooks) or not ordered
+        path == "slow" or mask is not None or reads_mask or not ordered
     )  # the boolean mask is built only where someone reads it
     allowed = _allowed(q_pos, k_pos, causal, mask, (b, h, i, j)) if dense else None
 
@@ -193,13 +196,18 @@ def attention(
         return bias if keep is None else bias.masked_fill(~keep, float("-inf"))
 
     if path == "fast":
-        if _positional_mod(pe) and allowed is None:  # reused across layers and steps
-            key = (q_pos, k_pos, causal, h, q.dtype, q.device)
+        if _cacheable_mod(pe) and allowed is None:  # reused across layers and steps
+            side = tuple(inputs[name] for name in pe.side_inputs)
+            key = (q_pos, k_pos, causal, h, q.dtype, q.device, *side)
             attn_mask = pe.cached("fast path mask", key, float_mask)
         else:
             attn_mask = float_mask()
         return _fused(q, k, v, attn_mask, scale, ordered)
     if path == "flex":
+        # in token order with no caller mask, `allowed` (if built) is the causal
+        # triangle: the block mask states it and lets the kernel skip unseen blocks
+        if ordered and mask is None:
+            allowed = None
         return _flex(q, k, v, pe, q_pos, k_pos, ctx, allowed, ordered, scale)
 
     # omega_ij = (q_i . k_j) * scale + bias_ij
@@ -284,9 +292,20 @@ def _has_mod(pe: PositionalEncoding) -> bool:
     return type(pe).score_mod is not PositionalEncoding.score_mod
 
 
-def _positional_mod(pe: PositionalEncoding) -> bool:
-    """The encoding declares its term a function of positions and parameters only."""
-    return _has_mod(pe) and not pe._mod_reads_ctx
+def _reads(pe: PositionalEncoding, field: str) -> bool:
+    """Whether the encoding's hooks may read ``ctx.<field>`` (``ctx_reads``)."""
+    return pe.ctx_reads is None or field in pe.ctx_reads
+
+
+def _cacheable_mod(pe: PositionalEncoding) -> bool:
+    """The encoding declares its term a function of positions, parameters and side
+    inputs only: a ``score_mod`` without ``ctx``, or one whose ``ctx_reads`` is
+    within ``inputs`` and ``causal``."""
+    if not _has_mod(pe):
+        return False
+    if not pe._mod_reads_ctx:
+        return True
+    return pe.ctx_reads is not None and set(pe.ctx_reads) <= {"inputs", "causal"}
 
 
 def _is_run(q_pos: torch.Tensor, k_pos: torch.Tensor) -> bool:
@@ -364,12 +383,14 @@ def _flex(q, k, v, pe, q_pos, k_pos, ctx, allowed, ordered, scale) -> torch.Tens
     j = k.shape[2]
     mod = None
     if _has_mod(pe):
-        if not pe._mod_reads_ctx:  # it cannot see q: score_bias checks the call
+        if not pe._mod_reads_ctx:  # it cannot see q: the hooks check the call
             pe.call_hook("score_bias", q[:, :, :1], k[:, :, :1], q_pos[:, :1],
                          k_pos[:, :1], ctx=ctx)  # fmt: skip
-            mod = pe.score_mod(q_pos, k_pos)
-        else:
-            mod = pe.score_mod(q_pos, k_pos, ctx=ctx)
+            corner = q.new_zeros(b, h, 1, 1)
+            pe.call_hook("transform_scores", corner, q_pos[:, :1], k_pos[:, :1],
+                         ctx=ctx)  # fmt: skip
+        mod = pe.call_score_mod(q_pos, k_pos, ctx)
+        _check_mod_fits(pe, mod, q, k)
     block_mask = None  # every key visible
     if allowed is None and ordered:
         block_mask = _token_order_blocks(i, j, str(q.device))
@@ -378,6 +399,30 @@ def _flex(q, k, v, pe, q_pos, k_pos, ctx, allowed, ordered, scale) -> torch.Tens
         # that reads a tensor hits an inductor bug on CPU in torch 2.13)
         mod = _masked_mod(mod, allowed.expand(b, h, i, j).contiguous())
     return _compiled_flex()(q, k, v, score_mod=mod, block_mask=block_mask, scale=scale)
+
+
+def _check_mod_fits(pe, mod, q: torch.Tensor, k: torch.Tensor) -> None:
+    """Evaluate ``mod`` eagerly at the corners of ``(b, h, i, j)``: an index past a
+    table is an error here, where inside the compiled kernel it would read garbage."""
+    if mod is None:
+        return
+    (b, h, i, _), j = q.shape, k.shape[2]
+    grid = [
+        torch.tensor(values, device=q.device).view(shape)
+        for values, shape in (
+            (range(b), (-1, 1, 1, 1)),
+            (range(h), (1, -1, 1, 1)),
+            ((0, i - 1), (1, 1, -1, 1)),
+            ((0, j - 1), (1, 1, 1, -1)),
+        )
+    ]
+    try:
+        mod(q.new_zeros(()), *grid)
+    except (IndexError, RuntimeError) as error:
+        raise ValueError(
+            f"{type(pe).__name__}.score_mod does not fit this call, "
+            f"(b, h, i, j) = {(b, h, i, j)}: {str(error).splitlines()[0]}"
+        ) from None
 
 
 def _masked_mod(mod, allowed: torch.Tensor):

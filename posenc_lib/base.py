@@ -29,20 +29,25 @@ argument named ``ctx``; hooks without it are called exactly as before. So an enc
 that needs only positions is written as if the context did not exist.
 
 **score_mod**: an encoding whose positional term is a function of (batch, head, query
-index, key index) and of the score (ALiBi, T5) also states it as a FlexAttention
+index, key index) and of the score (ALiBi, T5, Swin, Graphormer, DA-Transformer,
+FoX) also states it as a FlexAttention
 ``score_mod`` (``score_mod(q_pos, k_pos)``), which ``attention(path="flex")`` hands to
 the compiled kernel. It must agree with ``score_bias`` and ``transform_scores``: the
 registry test checks ``mod(s) == transform_scores(s + score_bias)`` for every encoding
-that defines one. An encoding that defines ``score_mod`` and not ``score_bias`` gets
-``score_bias`` derived from it (the mod on zero scores). A ``score_mod`` that does not
+that defines one. An encoding that defines ``score_mod`` and neither ``score_bias``
+nor ``transform_scores`` gets ``score_bias`` derived from it (the mod on zero
+scores). A ``score_mod`` that does not
 take ``ctx`` declares the term a function of positions and parameters alone; the
-attention function then caches what it builds from it (``cached``).
+attention function then caches what it builds from it (``cached``). So does one that
+reads only the side inputs and declares it: ``ctx_reads = frozenset({"inputs"})``
+(Graphormer); the cache is then keyed on the side inputs too.
 """
 
 from __future__ import annotations
 
 import inspect
 import itertools
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Mapping
 
@@ -109,6 +114,14 @@ class Context:
     causal: bool = False
     inputs: Mapping[str, torch.Tensor] = field(default_factory=dict)
 
+    def only(self, fields: frozenset[str]) -> "Context":
+        """This context with every field outside ``fields`` cleared (``None``, no
+        inputs, not causal): what an encoding that declares ``ctx_reads`` receives."""
+        cleared = {"x": None, "q": None, "k": None, "v": None, "mask": None,
+                   "causal": False, "inputs": {}}  # fmt: skip
+        return Context(**{f: getattr(self, f) if f in fields else cleared[f]
+                          for f in cleared})  # fmt: skip
+
     def need(self, name: str, who: str) -> torch.Tensor:
         """The field ``name``, or a ``ValueError`` saying that ``who`` needs it."""
         value = getattr(self, name)
@@ -136,6 +149,13 @@ class PositionalEncoding(nn.Module):
       ``ctx.inputs``; the attention function refuses a call that lacks one.
     * ``causal_only``: the method is defined for causal attention only (FoX,
       stick-breaking); a non-causal call is refused with a clear error.
+    * ``ctx_reads``: the ``Context`` fields that its hooks and ``score_mod`` read
+      (``None``, the default: any). Declared, it is enforced (they receive a context
+      with only those fields, ``Context.only``) and it tells the attention function
+      what it may skip or reuse: the boolean mask is not built for a term that does
+      not read ``mask``, and a term that reads only ``inputs`` (and ``causal``) is
+      cached like a positional one, keyed on the side inputs too (Graphormer's
+      distances are the same in every layer).
 
     A hook that declares a keyword argument ``ctx`` receives the call's ``Context``.
 
@@ -154,6 +174,7 @@ class PositionalEncoding(nn.Module):
     coord_axes: ClassVar[int | None] = None
     side_inputs: ClassVar[dict[str, str]] = {}
     causal_only: ClassVar[bool] = False
+    ctx_reads: ClassVar[frozenset[str] | None] = None
     _ctx_hooks: ClassVar[frozenset[str]] = frozenset()
     _mod_reads_ctx: ClassVar[bool] = False
 
@@ -163,8 +184,17 @@ class PositionalEncoding(nn.Module):
         cls._mod_reads_ctx = (
             own_mod and "ctx" in inspect.signature(cls.score_mod).parameters
         )
+        fields = {"x", "q", "k", "v", "mask", "causal", "inputs"}
+        if cls.ctx_reads is not None and not set(cls.ctx_reads) <= fields:
+            raise TypeError(
+                f"{cls.__name__}.ctx_reads names {sorted(set(cls.ctx_reads) - fields)}"
+                f", which are not Context fields {sorted(fields)}"
+            )
         derived = getattr(cls.score_bias, "_from_score_mod", False)
-        if own_mod and (derived or cls.score_bias is PositionalEncoding.score_bias):
+        plain = cls.transform_scores is PositionalEncoding.transform_scores
+        if derived and not (own_mod and plain):  # a subclass changed what it came from
+            cls.score_bias = PositionalEncoding.score_bias
+        if own_mod and plain and (derived or not _overrides(cls, "score_bias")):
             # score_bias not written by hand: the score_mod on zero scores
             cls.score_bias = _BIAS_FROM_MOD[cls._mod_reads_ctx]
         # the hooks whose (possibly inherited) definition asks for the context
@@ -179,7 +209,21 @@ class PositionalEncoding(nn.Module):
         """Call ``hook`` with ``args``, adding ``ctx=`` if this encoding's hook takes
         it."""
         fn = getattr(self, hook)
-        return fn(*args, ctx=ctx) if hook in self._ctx_hooks else fn(*args)
+        if hook not in self._ctx_hooks:
+            return fn(*args)
+        return fn(*args, ctx=self.restrict(ctx))
+
+    def restrict(self, ctx: Context | None) -> Context | None:
+        """``ctx`` as this encoding's hooks see it: only the fields of ``ctx_reads``
+        (all of them when it is ``None``)."""
+        reads = self.ctx_reads
+        return ctx if reads is None or ctx is None else ctx.only(reads)
+
+    def call_score_mod(self, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: Context):
+        """``score_mod(q_pos, k_pos)``, with ``ctx=`` (restricted) if it reads it."""
+        if self._mod_reads_ctx:
+            return self.score_mod(q_pos, k_pos, ctx=self.restrict(ctx))
+        return self.score_mod(q_pos, k_pos)
 
     def encode_input(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """``(b, n, D), (b, n) -> (b, n, D)``: add (or mix in) position before the
@@ -236,10 +280,12 @@ class PositionalEncoding(nn.Module):
         kernel (0-d arguments) and eagerly on a broadcast grid (``score_mod_bias``).
 
         Override it without ``ctx`` when the term depends on positions and parameters
-        only (ALiBi, T5): the attention function may then reuse what it built from it
-        while the positions and parameters stay the same. Declare ``ctx`` to read the
-        call's context (a data-dependent term such as FoX's gates). The default,
-        ``None``, means no positional term in the scores.
+        only (ALiBi, T5, Swin): the attention function may then reuse what it built
+        from it while the positions and parameters stay the same. Declare ``ctx`` to
+        read the call's context: side inputs (Graphormer's distances, reused as
+        positions are when ``ctx_reads`` says that is all it reads) or the data
+        (FoX's gates, never reused). The default, ``None``, means no positional term
+        in the scores.
         """
         return None
 
@@ -254,11 +300,7 @@ class PositionalEncoding(nn.Module):
         """The ``score_mod`` on zero scores, ``(b|1, h|1, i|1, j|1)`` in ``q``'s dtype:
         the additive bias it stands for (``None`` without a score_mod). This is
         ``score_bias`` for an encoding that defines only ``score_mod``."""
-        mod = (
-            self.score_mod(q_pos, k_pos, ctx=ctx)
-            if self._mod_reads_ctx
-            else self.score_mod(q_pos, k_pos)
-        )
+        mod = self.call_score_mod(q_pos, k_pos, ctx)
         if mod is None:
             return None
         b, h, i, _ = q.shape
@@ -274,7 +316,13 @@ class PositionalEncoding(nn.Module):
             )
         ]
         zero = torch.zeros((), dtype=q.dtype, device=q.device)
-        return mod(zero, *grid).to(q.dtype)  # (b|1, h|1, i|1, j|1)
+        try:
+            return mod(zero, *grid).to(q.dtype)  # (b|1, h|1, i|1, j|1)
+        except IndexError as error:  # a table built for other heads or lengths
+            raise ValueError(
+                f"{type(self).__name__}.score_mod does not fit this call, "
+                f"(b, h, i, j) = {(b, h, i, j)}: {str(error).splitlines()[0]}"
+            ) from None
 
     def cached(
         self, name: str, key: tuple, build: Callable[[], object], params: bool = True
@@ -308,12 +356,13 @@ class PositionalEncoding(nn.Module):
         if (
             hit is not None
             and hit[0] == plain
-            and all(torch.equal(a, b) for a, b in zip(hit[1], values))
+            and all(_same(t, seen) for t, seen in zip(values, hit[1]))
         ):
             return hit[2]
         value = build()
         if not (isinstance(value, torch.Tensor) and value.requires_grad):
-            store[name] = (plain, [t.clone() for t in values], value)
+            seen = [(weakref.ref(t), _version(t), t.clone()) for t in values]
+            store[name] = (plain, seen, value)
         return value
 
     @property
@@ -367,6 +416,24 @@ def relative_offsets(
         return (lambda b, q_idx, kv_idx: kv_idx - q_idx - (j - i)), 1 - j, i - 1
     lo, hi = int(k_pos.min() - q_pos.max()), int(k_pos.max() - q_pos.min())
     return (lambda b, q_idx, kv_idx: k_pos[b, kv_idx] - q_pos[b, q_idx]), lo, hi
+
+
+def _overrides(cls: type, hook: str) -> bool:
+    return getattr(cls, hook) is not getattr(PositionalEncoding, hook)
+
+
+def _same(t: torch.Tensor, seen: tuple) -> bool:
+    """``t`` equals the key tensor ``seen`` = (weak reference, version, copy): the very
+    tensor, unchanged since (no comparison: a side input may be n x n), or equal
+    values."""
+    ref, version, copy = seen
+    same = ref() is t and version is not None and _version(t) == version
+    return same or torch.equal(t, copy)
+
+
+def _version(t: torch.Tensor) -> int | None:
+    """In-place changes so far (None for inference tensors, which do not count)."""
+    return None if t.is_inference() else t._version
 
 
 def _bias_from_mod(self, q, k, q_pos, k_pos):

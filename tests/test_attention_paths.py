@@ -7,6 +7,7 @@ invalidates it), the flex path's refusals, and ``score_mod`` on its own.
 """
 
 import copy
+import sys
 
 import pytest
 import torch
@@ -327,3 +328,108 @@ def test_flex_equals_slow_for_runs_gaps_kv_caches_and_masks():
             except RuntimeError as error:  # no compiler here: say so, do not fail
                 pytest.skip(str(error))
             assert_close(out, pl.attention(q_, k, v, pe, path="slow", **kwargs))
+
+
+def test_flex_in_token_order_uses_the_block_mask_even_when_a_hook_reads_ctx(
+    monkeypatch,
+):
+    """FoX reads the data (so nothing is cached) but not the mask: the flex path
+    states causality as a block mask, whose unseen blocks the kernel skips, instead of
+    an n x n boolean tensor read inside the score_mod."""
+    attention_module = sys.modules["posenc_lib.attention"]  # the name is a function
+    pe = pl.make_encoding("fox", d_model=32, n_heads=4, max_len=64)
+    x = torch.randn(2, 12, 32)
+    q, k, v = qkv(dtype=torch.float32, i=12, j=12)
+    masked = []
+    real = attention_module._masked_mod
+    monkeypatch.setattr(
+        attention_module, "_masked_mod", lambda *a: masked.append(1) or real(*a)
+    )
+    with torch.no_grad():
+        try:
+            out = pl.attention(q, k, v, pe, causal=True, x=x, path="flex")
+        except RuntimeError as error:
+            pytest.skip(str(error))
+        assert_close(out, pl.attention(q, k, v, pe, causal=True, x=x, path="slow"))
+    assert not masked
+
+
+def test_a_score_mod_that_does_not_fit_the_call_is_refused_before_compiling():
+    """An index past a table would read garbage inside the compiled kernel."""
+
+    class PerHead(pl.PositionalEncoding):
+        def score_mod(self, q_pos, k_pos):
+            slopes = torch.ones(2)  # built for 2 heads
+
+            def mod(score, b, h, q_idx, kv_idx):
+                return score + slopes[h]
+
+            return mod
+
+    q, k, v = qkv(dtype=torch.float32)  # 4 heads
+    with pytest.raises(ValueError, match=r"PerHead.score_mod does not fit this call"):
+        pl.attention(q, k, v, PerHead(), causal=True, path="flex")
+
+
+# ---- ctx_reads: what a context-reading encoding declares -----------------------------
+
+
+def test_ctx_reads_must_name_context_fields():
+    with pytest.raises(TypeError, match=r"ctx_reads names \['gates'\]"):
+
+        class Wrong(pl.PositionalEncoding):
+            ctx_reads = frozenset({"x", "gates"})
+
+
+def test_hooks_see_only_the_fields_they_declare():
+    seen = []
+
+    class ReadsInputs(pl.PositionalEncoding):
+        side_inputs = {"w": "(b, n) weights"}
+        ctx_reads = frozenset({"inputs"})
+
+        def score_bias(self, q, k, q_pos, k_pos, ctx):
+            seen.append(ctx)
+            return ctx.inputs["w"][:, None, None, :]  # (b, 1, 1, j)
+
+    q, k, v = qkv()
+    w = torch.randn(2, 9, dtype=torch.float64)
+    x = torch.randn(2, 9, 3, dtype=torch.float64)
+    pl.attention(q, k, v, ReadsInputs(), causal=True, x=x, inputs={"w": w})
+    ctx = seen[-1]
+    assert ctx.x is None and ctx.q is None and ctx.v is None and ctx.mask is None
+    assert ctx.inputs["w"] is w
+
+
+def test_a_term_of_side_inputs_is_built_once_per_inputs():
+    """Graphormer's bias reads the distances only (``ctx_reads``): every layer of a
+    model shares one build, and other distances or a parameter change rebuild it."""
+    pe = pl.make_encoding("graphormer", d_model=32, n_heads=4, max_len=64)
+    built = []
+    real = type(pe).score_bias
+
+    def counting(self, *args, **kwargs):
+        built.append(1)
+        return real(self, *args, **kwargs)
+
+    pe.score_bias = counting.__get__(pe)
+    model = pl.TinyTransformer(13, 32, 4, n_layers=3, pe=pe)
+    inputs = pe.example_inputs(2, 9, torch.Generator().manual_seed(0))
+    tokens = torch.randint(13, (2, 9))
+    with torch.no_grad():
+        first = model(tokens, inputs=inputs)
+        assert len(built) == 1  # three layers, one build
+        again = model(tokens, inputs={k: t.clone() for k, t in inputs.items()})
+        assert len(built) == 1 and torch.equal(first, again)
+        other = pe.example_inputs(2, 9, torch.Generator().manual_seed(1))
+        other["degree"] = inputs["degree"]
+        model(tokens, inputs=other)
+        assert len(built) == 2  # other distances: rebuilt
+        model(tokens, inputs=inputs)
+        assert len(built) == 3  # back to the first distances: one entry is kept
+        pe.spatial.weight.mul_(2)
+        model(tokens, inputs=inputs)
+        assert len(built) == 4
+        inputs["spd"][:, 0, 1] += 1  # the same tensor, written in place: seen
+        model(tokens, inputs=inputs)
+        assert len(built) == 5

@@ -6,7 +6,9 @@
 Reference (1.00): plain ``F.scaled_dot_product_attention(q, k, v, is_causal=True)``,
 b = 1, h = 4, d = 32, measured in the same run. Then every registered encoding on each
 path it supports (``fast``, ``slow``, ``flex``; ``auto`` marks the default one), causal,
-with the encoding's example positions and side inputs:
+with the encoding's example positions (``arange(n)`` for a sequence) and side inputs,
+and for a sequence encoding its default path once more with ``q_pos = k_pos = None``
+(column ``positions``: ``explicit`` or ``default``):
 
 * ``fwd``: forward under ``torch.no_grad()``, with the same positions as the previous
   call (what the layers of a model and the steps of training see, so what a path
@@ -145,16 +147,23 @@ def main(argv=None) -> int:
             }
             x = torch.randn(B, n, H * D, device=device)
             default = "slow" if pe.needs_score_path else "fast"
-            for path in args.paths:
-                row = dict(n=n, encoding=name, path=path, default=path == default)
+            runs = [(path, "explicit") for path in args.paths]
+            if pe.coord_axes is None and default in args.paths:
+                runs.append((default, "default"))  # q_pos = k_pos = None: 0 .. n-1
+            for path, given in runs:
+                row = dict(
+                    n=n, encoding=name, path=path, positions=given,
+                    default=path == default,
+                )  # fmt: skip
+                p_ = pos if given == "explicit" else None
 
-                def call(q_, k_, v_, path=path, pe=pe, pos=pos, inputs=inputs, x=x):
+                def call(q_, k_, v_, path=path, pe=pe, pos=p_, inputs=inputs, x=x):
                     return pl.attention(
                         q_, k_, v_, pe, pos, pos, causal=True, path=path, x=x,
                         inputs=inputs,
                     )  # fmt: skip
 
-                key = (name, path)
+                key = (name, path, given)
                 if path == "slow" and n > args.slow_max_n:
                     row["note"] = "skipped: slow path above --slow-max-n"
                     rows.append(row)
@@ -224,12 +233,14 @@ def main(argv=None) -> int:
             print(f"n = {n}: {name} done ({time.perf_counter() - started:.0f} s)",
                   file=sys.stderr)  # fmt: skip
         rows.append(dict(n=n, encoding="sdpa (reference)", path="fused",
-                         fwd_peak_mib=base_peak["fwd"], fb_peak_mib=base_peak["fb"],
-                         fwd_x=1.0, fb_x=1.0))  # fmt: skip
+                         positions="", fwd_peak_mib=base_peak["fwd"],
+                         fb_peak_mib=base_peak["fb"], fwd_x=1.0,
+                         fb_x=1.0))  # fmt: skip
 
     fields = [
-        "n", "encoding", "path", "default", "fwd_x", "fb_x", "fwd_ms", "fb_ms",
-        "fwd_peak_mib", "fb_peak_mib", "fb_peak_x", "cache_mib", "compile_s", "note",
+        "n", "encoding", "path", "positions", "default", "fwd_x", "fb_x", "fwd_ms",
+        "fb_ms", "fwd_peak_mib", "fb_peak_mib", "fb_peak_x", "cache_mib",
+        "compile_s", "note",
     ]  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="") as f:
@@ -264,15 +275,24 @@ def _fmt(value):
 def table(rows) -> str:
     """Ratios to the reference: forward and fwd+bwd time, fwd+bwd peak memory."""
     sizes = sorted({r["n"] for r in rows})
-    keys = sorted({(r["encoding"], r["path"]) for r in rows if r["path"] != "fused"})
+    keys = sorted(
+        {(r["encoding"], r["path"], r["positions"]) for r in rows
+         if r["path"] != "fused"}
+    )  # fmt: skip
     lines = [
-        "time / plain SDPA (fwd | fwd+bwd); * = default path; - = not run",
-        f"{'encoding':<16}{'path':<6}" + "".join(f"{'n=' + str(n):>16}" for n in sizes),
+        "time / plain SDPA (fwd | fwd+bwd); * = default path; - = not run;",
+        "positions explicit (the encoding's example, arange(n) for a sequence) or",
+        "default (q_pos = k_pos = None)",
+        f"{'encoding':<16}{'path':<6}{'positions':<10}"
+        + "".join(f"{'n=' + str(n):>16}" for n in sizes),
     ]
-    for name, path in keys:
+    for name, path, given in keys:
         cells, star = [], ""
         for n in sizes:
-            match = [r for r in rows if (r["encoding"], r["path"]) == (name, path)]
+            match = [
+                r for r in rows
+                if (r["encoding"], r["path"], r.get("positions")) == (name, path, given)
+            ]  # fmt: skip
             row = next((r for r in match if r["n"] == n), {})
             star = "*" if row.get("default") else star
             fwd, fb = row.get("fwd_x"), row.get("fb_x")
@@ -280,7 +300,7 @@ def table(rows) -> str:
             cell += f" | {fb:.2f}" if fb else " | -"
             cells.append(f"{cell:>16}")
         if any(c.strip() != "- | -" for c in cells):
-            lines.append(f"{name:<16}{path + star:<6}" + "".join(cells))
+            lines.append(f"{name:<16}{path + star:<6}{given:<10}" + "".join(cells))
     return "\n".join(lines)
 
 

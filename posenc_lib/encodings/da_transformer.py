@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..base import PositionalEncoding
+from ..base import PositionalEncoding, relative_offsets
 from ..registry import register
 from ..utils import check_positive_int
 
@@ -87,6 +87,20 @@ class DATransformer(PositionalEncoding):
             )
         # omega = ReLU(s q.k) * R^ = ReLU(q.k) * R^ / sqrt(d)
         return torch.relu(scores) * self.coefficients(q_pos, k_pos).to(scores.dtype)
+
+    def score_mod(self, q_pos: torch.Tensor, k_pos: torch.Tensor):
+        """FlexAttention form: ``ReLU(score) * f(w_h |j - i|; v_h)``, computed in the
+        kernel from the offset (two scalars per head)."""
+        off, _, _ = relative_offsets(q_pos, k_pos)  # j - i
+        w, v = self.w, self.v  # (h,), (h,)
+        gain = 1 + v.exp()  # (h,): 1 + e^v_h
+
+        def mod(score, b, h, q_idx, kv_idx):
+            # ReLU(s) * f(w_h R; v_h), f(x; v) = (1 + e^v) sigmoid(x - v), R = |j - i|
+            dist = off(b, q_idx, kv_idx).abs()
+            return torch.relu(score) * (gain[h] * torch.sigmoid(w[h] * dist - v[h]))
+
+        return mod
 
     def extra_repr(self) -> str:
         return f"n_heads={self.n_heads}"

@@ -111,6 +111,7 @@ class ForgettingAttention(PositionalEncoding):
     """
 
     causal_only = True
+    ctx_reads = frozenset({"x", "q", "k"})  # the gates' input; q, k for the shapes
     four_terms = {
         "content-content": "kept",
         "content-position": "dropped",

@@ -307,6 +307,7 @@ class SpatialBias(PositionalEncoding):
     """
 
     side_inputs = {"spd": "(b, n, n) int64 shortest-path hop counts, -1 = unreachable"}
+    ctx_reads = frozenset({"inputs"})  # the distances only: cached like positions
     four_terms = {
         "content-content": "kept",
         "content-position": "dropped",
@@ -327,14 +328,37 @@ class SpatialBias(PositionalEncoding):
         clipped = spd.clamp(max=self.max_dist)
         return torch.where(spd == UNREACHABLE, self.max_dist + 1, clipped)
 
+    def rows(self, spd: torch.Tensor, b: int, i: int, j: int) -> torch.Tensor:
+        """The side input ``spd`` ``(b, i, j)``, checked, as rows of ``spatial``:
+        built once per distances (``cached``; every layer reads the same graph)."""
+        if not isinstance(spd, torch.Tensor):  # the check names what is wrong
+            _check_index_input(spd, "spd", (b, i, j), minimum=UNREACHABLE)
+
+        def build():
+            checked = _check_index_input(spd, "spd", (b, i, j), minimum=UNREACHABLE)
+            return self.spatial_index(checked)  # (b, i, j)
+
+        key = (spd, b, i, j, self.max_dist)
+        return self.cached("rows", key, build, params=False)
+
     def score_bias(self, q, k, q_pos, k_pos, ctx: Context) -> torch.Tensor:
         b, _, i, _ = q.shape
-        spd = _check_index_input(
-            ctx.inputs["spd"], "spd", (b, i, k.shape[2]), minimum=UNREACHABLE
-        )
+        rows = self.rows(ctx.inputs["spd"], b, i, k.shape[2])  # (b, i, j)
         # b_h(spd_ij): one learned scalar per head and (clipped) distance
-        bias = self.spatial(self.spatial_index(spd))  # (b, i, j, h)
+        bias = self.spatial(rows)  # (b, i, j, h)
         return bias.permute(0, 3, 1, 2).to(q.dtype)  # (b, h, i, j)
+
+    def score_mod(self, q_pos, k_pos, ctx: Context):
+        """FlexAttention form: ``score + b_h(spd_ij)``, one table read per pair."""
+        b, i = q_pos.shape[:2]
+        rows = self.rows(ctx.inputs["spd"], b, i, k_pos.shape[1])  # (b, i, j)
+        table = self.spatial.weight  # (max_dist + 2, h)
+
+        def mod(score, b, h, q_idx, kv_idx):
+            # s + b_h(spd_ij)
+            return score + table[rows[b, q_idx, kv_idx], h]
+
+        return mod
 
     def example_inputs(self, b, n, generator=None):
         adj = random_connected_graphs(b, n, n // 3, generator)  # (b, n, n)

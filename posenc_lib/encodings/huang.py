@@ -31,7 +31,7 @@ import math
 import torch
 from torch import nn
 
-from ..base import PositionalEncoding
+from ..base import PositionalEncoding, relative_offsets
 from ..registry import register
 from ..utils import check_nonnegative_int, check_positive_int
 
@@ -135,6 +135,25 @@ class _HuangScalar(_HuangTable):
         # omega_ij = (s q_i . k_j) * w_r
         a = self.w[self._index(q_pos, k_pos), 0]  # (b|1, i, j)
         return scores * a[:, None].to(scores.dtype)  # (b, h, i, j)
+
+    def score_mod(self, q_pos: torch.Tensor, k_pos: torch.Tensor):
+        """FlexAttention form: ``score * w_r``, read from a table over this call's
+        offsets ``lo .. hi`` (one scalar per offset)."""
+        off, lo, hi = relative_offsets(q_pos, k_pos)  # j - i
+        offsets = torch.arange(lo, hi + 1, device=self.w.device)  # (L,)
+        rows = huang_relative_index(
+            torch.zeros(1, 1, dtype=torch.long, device=self.w.device),
+            offsets[None],
+            self.max_distance,
+            self.directional,
+        )[0, 0]  # (L,): the table row of offset r = lo .. hi
+        per_offset = self.w[rows, 0].contiguous()  # (L,): w_r
+
+        def mod(score, b, h, q_idx, kv_idx):
+            # omega_ij = (s q_i . k_j) * w_(j - i)
+            return score * per_offset[off(b, q_idx, kv_idx) - lo]
+
+        return mod
 
 
 class HuangMethod1(_HuangScalar):

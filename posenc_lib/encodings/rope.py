@@ -400,8 +400,19 @@ def apply_rope(
     if cos_sin is None:
         cos_sin = rope_cos_sin(positions, inv_freq, layout, attention_factor, x.dtype)
     cos, sin = cos_sin  # (b|1, 1, n, d)
-    rot = rotate_half(x) if layout == "half" else rotate_every_two(x)
-    return x * cos + rot * sin  # (b, h, n, d)
+    # x cos + rot(x) sin, rot(x) = (-x2, x1) for each pair (x1, x2), whose two
+    # coordinates share one angle: written into one new tensor, no intermediates
+    out = x * cos  # (b, h, n, d)
+    if layout == "half":  # pairs (i, i + d/2)
+        half = d // 2
+        x1, x2, s = x[..., :half], x[..., half:], sin[..., :half]
+        o1, o2 = out[..., :half], out[..., half:]  # views that autograd may write
+    else:  # pairs (2i, 2i + 1)
+        x1, x2, s = x[..., 0::2], x[..., 1::2], sin[..., 0::2]
+        o1, o2 = out[..., 0::2], out[..., 1::2]
+    o1.addcmul_(x2, s, value=-1)  # x1 cos - x2 sin
+    o2.addcmul_(x1, s)  # x2 cos + x1 sin
+    return out
 
 
 def rope_cos_sin(

@@ -114,13 +114,48 @@ class SwinRelativeBias(PositionalEncoding):
             check_coords(q_pos, "SwinRelativeBias"),
             check_coords(k_pos, "SwinRelativeBias"),
         )
-        if bool((q_pos == q_pos[:1]).all() and (k_pos == k_pos[:1]).all()):
-            q_pos, k_pos = q_pos[:1], k_pos[:1]  # one (i, j) table for the batch
-        idx = relative_index_2d(
-            q_pos, k_pos, *self.window, clamp=self.clamp
-        )  # (b|1, i, j)
+        idx = self.index(q_pos, k_pos)  # (b|1, i, j)
         # B[idx_ij, h]
         return self.table[idx].permute(0, 3, 1, 2).to(q.dtype)  # (b|1, h, i, j)
+
+    def index(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        """``(b, i, 2), (b, j, 2) -> (b|1, i, j)`` rows of the table, built once per
+        coordinates (``cached``: the same in every layer and step)."""
+
+        def build():
+            qp, kp = q_pos, k_pos
+            if bool((qp == qp[:1]).all() and (kp == kp[:1]).all()):
+                qp, kp = qp[:1], kp[:1]  # one (i, j) table for the batch
+            return relative_index_2d(qp, kp, *self.window, clamp=self.clamp)
+
+        key = (q_pos, k_pos, self.window, self.clamp)
+        return self.cached("index", key, build, params=False)
+
+    def score_mod(self, q_pos: torch.Tensor, k_pos: torch.Tensor):
+        """FlexAttention form: ``score + B[idx_ij, h]`` with the clamped offset
+        computed in the kernel from the two tokens' coordinates."""
+        q_pos, k_pos = (
+            check_coords(q_pos, "SwinRelativeBias"),
+            check_coords(k_pos, "SwinRelativeBias"),
+        )
+        if not self.clamp:  # the extreme offsets decide: refuse as score_bias does
+            far = torch.maximum(
+                q_pos.amax((0, 1)) - k_pos.amin((0, 1)),
+                k_pos.amax((0, 1)) - q_pos.amin((0, 1)),
+            )
+            corners = torch.stack((far, -far))[:, None]  # (2, 1, 2)
+            relative_index_2d(corners, torch.zeros_like(corners), *self.window, False)
+        mh, mw = self.window
+        table = self.table  # ((2 M_h - 1)(2 M_w - 1), h)
+
+        def mod(score, b, h, q_idx, kv_idx):
+            # (dr, dc) = (r_i - r_j, c_i - c_j), clamped to the window's reach
+            dr = (q_pos[b, q_idx, 0] - k_pos[b, kv_idx, 0]).clamp(1 - mh, mh - 1)
+            dc = (q_pos[b, q_idx, 1] - k_pos[b, kv_idx, 1]).clamp(1 - mw, mw - 1)
+            # B[idx, h], idx = (dr + M_h - 1)(2 M_w - 1) + (dc + M_w - 1)
+            return score + table[(dr + mh - 1) * (2 * mw - 1) + dc + mw - 1, h]
+
+        return mod
 
     def example_positions(self, b, n, generator=None):
         return example_grid(b, n)
