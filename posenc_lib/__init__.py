@@ -15,7 +15,7 @@ from .base import FOUR_TERMS, HOOKS, Context, PositionalEncoding
 from .data import CharCorpus, MarkovSource, copy_offset_batch, stdlib_corpus
 from .encodings import *  # noqa: F401,F403  (every encoding module registers itself)
 from .encodings import __all__ as _encodings_all
-from .measure import best_time, tensor_memory
+from .measure import BENCH_DIR, attention_benchmark, best_time, tensor_memory
 from .model import TinyTransformer
 from .plotting import COLORS, color_for, heatmap, set_plot_style
 from .registry import REGISTRY, make_encoding, register
@@ -51,6 +51,8 @@ __all__ = [
     "TinyTransformer",
     "best_time",
     "tensor_memory",
+    "attention_benchmark",
+    "BENCH_DIR",
     "COLORS",
     "color_for",
     "heatmap",

@@ -343,7 +343,9 @@ def _fused(q, k, v, attn_mask, scale, ordered) -> torch.Tensor:
     """``scaled_dot_product_attention``; in token order (``ordered``), blocks of
     queries skip the keys that none of them sees."""
     i, j = q.shape[2], k.shape[2]
-    if not ordered:
+    # a mask that needs a gradient (a learned or data-dependent bias, in training)
+    # sends the kernel down its explicit route: one call then beats blocks of it
+    if not ordered or (attn_mask is not None and attn_mask.requires_grad):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
     if attn_mask is None:
         if i == j:  # the kernel's causal mode is top-left aligned: right when i == j

@@ -7,10 +7,16 @@ computation *materialises*, independent of the allocator's caching (which makes
 process-level numbers noisy on a CPU); workspace that a fused kernel allocates
 internally and frees before returning is not visible to it. Tensors that existed
 before the call (weights, inputs) are not counted.
+
+``attention_benchmark(device)`` returns the committed results of
+``tools/bench_attention.py`` (every registered encoding on each of its attention paths,
+as ratios to plain SDPA measured in the same run), which the cost chapter plots.
 """
 
 from __future__ import annotations
 
+import json
+import pathlib
 import time
 import weakref
 from typing import Callable
@@ -19,7 +25,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-__all__ = ["tensor_memory", "best_time"]
+__all__ = ["tensor_memory", "best_time", "attention_benchmark", "BENCH_DIR"]
+
+BENCH_DIR = pathlib.Path(__file__).parent / "data"  # tools/bench_attention.py writes
 
 
 class _Watch(TorchDispatchMode):
@@ -96,3 +104,25 @@ def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> fl
         sync()
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def attention_benchmark(device: str = "cpu") -> tuple[dict, list[dict]]:
+    """``(meta, rows)`` of the committed ``tools/bench_attention.py`` run on ``device``
+    (``"cpu"``, or ``"cuda"`` where one was measured).
+
+    ``meta``: the machine, threads, torch version, shape and reference. ``rows``: one
+    dict per length ``n``, encoding, path and positions, with ``fwd_x`` / ``fb_x``
+    (forward / forward+backward time over plain SDPA's), ``fwd_ms``, ``fb_ms``, peak
+    memory (``fwd_peak_mib``, ``fb_peak_mib``), ``cache_mib``, ``compile_s`` and a
+    ``note`` for what was refused or skipped (ratios absent there).
+    """
+    path = BENCH_DIR / f"attention_{device}.json"
+    if not isinstance(device, str) or not path.is_file():
+        measured = sorted(p.stem.split("_", 1)[1] for p in BENCH_DIR.glob("*.json"))
+        raise ValueError(
+            f"device must be one of {measured} (the benchmarks committed with the "
+            f"library), got {device!r}; run tools/bench_attention.py to measure this "
+            "machine"
+        )
+    data = json.loads(path.read_text())
+    return data["meta"], data["rows"]

@@ -433,3 +433,19 @@ def test_a_term_of_side_inputs_is_built_once_per_inputs():
         inputs["spd"][:, 0, 1] += 1  # the same tensor, written in place: seen
         model(tokens, inputs=inputs)
         assert len(built) == 5
+
+
+def test_a_bias_that_needs_a_gradient_goes_to_the_kernel_in_one_call(sdpa_calls):
+    """In training, a learned bias (T5's table) makes the mask need a gradient, which
+    the kernel computes on its explicit route: blocks of queries would only repeat
+    it. Without a gradient (inference) the blocks stay."""
+    pe = pl.make_encoding("t5", d_model=16, n_heads=4, max_len=600).double()
+    q, k, v = qkv(b=1, i=600, j=600, d=4)
+    out = pl.attention(q, k, v, pe, causal=True)
+    assert len(sdpa_calls) == 1
+    out.sum().backward()
+    assert pe.bias.grad is not None
+    with torch.no_grad():
+        pl.attention(q, k, v, pe, causal=True)
+    assert len(sdpa_calls) == 4  # 256, 512, 600
+    assert_close(out, pl.attention(q, k, v, pe, causal=True, path="slow"))

@@ -47,3 +47,20 @@ def test_best_time_is_positive_and_arguments_are_checked():
         pl.tensor_memory(None)
     with pytest.raises(ValueError, match="repeats must be an int >= 1"):
         pl.best_time(lambda: None, repeats=0)
+
+
+def test_the_committed_benchmark_covers_every_encoding_and_path():
+    """``tools/bench_attention.py``'s CPU run, shipped with the library: re-run it when
+    an encoding is added (this test names the missing ones)."""
+    meta, rows = pl.attention_benchmark("cpu")
+    assert meta["threads"] == 1 and meta["reference"].startswith("F.scaled_dot")
+    measured = {r["encoding"] for r in rows if r.get("fwd_x") or r.get("note")}
+    assert set(pl.REGISTRY) <= measured, sorted(set(pl.REGISTRY) - measured)
+    for name in pl.REGISTRY:
+        paths = {r["path"] for r in rows if r["encoding"] == name}
+        assert {"fast", "slow", "flex"} <= paths, (name, paths)
+
+
+def test_an_unmeasured_device_is_refused_with_the_ones_there_are():
+    with pytest.raises(ValueError, match=r"device must be one of \['cpu'"):
+        pl.attention_benchmark("tpu")

@@ -25,8 +25,9 @@ drift hits both), one thread. A configuration whose memory, extrapolated from th
 previous n as n^2, would pass ``--max-mib`` is skipped and says so, as is the slow
 path above ``--slow-max-n`` (2048: it grows as n^2 and is the same einsum for all).
 FlexAttention on CPU has no backward: its ``fwd+bwd`` is empty there; its first call's
-compile time is reported. Writes ``tools/bench/attention_<device>.csv`` and ``.json``
-(one row per n, encoding and path) and prints the table of ratios.
+compile time is reported. Writes ``posenc_lib/data/attention_<device>.csv`` and
+``.json`` (one row per n, encoding, path and positions; shipped with the library and
+read by ``pl.attention_benchmark`` for the cost chapter) and prints the ratios.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def main(argv=None) -> int:
     unknown = sorted(set(names) - set(pl.REGISTRY))
     if unknown:
         parser.error(f"unknown encodings {unknown}; registered: {sorted(pl.REGISTRY)}")
-    out = args.out or ROOT / "tools" / "bench" / f"attention_{device.type}.csv"
+    out = args.out or pl.BENCH_DIR / f"attention_{device.type}.csv"
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     rows, last_peak, started = [], {}, time.perf_counter()
 
