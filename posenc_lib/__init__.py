@@ -9,14 +9,27 @@ D model dim.
 """
 
 from . import lab  # noqa: F401  (the length-extrapolation harness: pl.lab)
-from .attention import MultiHeadAttention, as_positions, attention
+from .attention import (
+    MultiHeadAttention,
+    as_positions,
+    attention,
+    prepare,
+    reference_attention,
+)
 from .book import chapter_seeds, glue, seed_shift, show_source
 from .base import FOUR_TERMS, HOOKS, Context, PositionalEncoding
 from .data import CharCorpus, MarkovSource, copy_offset_batch, stdlib_corpus
 from .encodings import *  # noqa: F401,F403  (every encoding module registers itself)
 from .encodings import __all__ as _encodings_all
-from .measure import BENCH_DIR, attention_benchmark, best_time, tensor_memory
+from .measure import (
+    BENCH_DIR,
+    attention_benchmark,
+    best_time,
+    count_host_syncs,
+    tensor_memory,
+)
 from .model import TinyTransformer
+from .positions import Positions
 from .plotting import COLORS, color_for, heatmap, set_plot_style
 from .registry import REGISTRY, make_encoding, register
 from .taxonomy import four_term_table
@@ -36,6 +49,10 @@ __all__ = [
     "MultiHeadAttention",
     "attention",
     "as_positions",
+    "prepare",
+    "reference_attention",
+    "Positions",
+    "count_host_syncs",
     "PositionalEncoding",
     "chapter_seeds",
     "glue",

@@ -22,10 +22,17 @@ import weakref
 from typing import Callable
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-__all__ = ["tensor_memory", "best_time", "attention_benchmark", "BENCH_DIR"]
+__all__ = [
+    "tensor_memory",
+    "best_time",
+    "count_host_syncs",
+    "attention_benchmark",
+    "BENCH_DIR",
+]
 
 BENCH_DIR = pathlib.Path(__file__).parent / "data"  # tools/bench_attention.py writes
 
@@ -83,6 +90,36 @@ def tensor_memory(fn: Callable[[], object]) -> tuple[object, int]:
     with watch:
         result = fn()
     return result, watch.peak
+
+
+# Python-level reads of a tensor's values: on a GPU each one waits for the stream
+_SYNCS = {
+    torch.Tensor.__bool__, torch.Tensor.item, torch.Tensor.tolist,
+    torch.Tensor.__int__, torch.Tensor.__float__, torch.Tensor.__index__,
+    torch.equal, torch.Tensor.nonzero, torch.nonzero, torch.Tensor.unique,
+    torch.unique, torch.Tensor.__len__,
+}  # fmt: skip
+
+
+class _CountSyncs(TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.count += func in _SYNCS
+        return func(*args, **(kwargs or {}))
+
+
+def count_host_syncs(fn: Callable[[], object]) -> tuple[object, int]:
+    """``(fn(), n)``: how often ``fn`` read a tensor's values into Python
+    (``bool(t)``, ``t.item()``, ``t.tolist()``, ``int(t)``, ``torch.equal``,
+    ``nonzero``...). On a GPU each of these stalls until the stream has computed the
+    value; on any device each is a place where ``torch.compile`` must break the
+    graph. Counted where Python sees them (``TorchFunctionMode``), on any device."""
+    with _CountSyncs() as mode:
+        out = fn()
+    return out, mode.count
 
 
 def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:

@@ -13,9 +13,10 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention, _check_inputs, as_positions
+from .attention import MultiHeadAttention, prepare
 from .base import Context, PositionalEncoding
-from .utils import check_positive_int
+from .positions import Positions
+from .utils import check_positive_int, compiling
 
 __all__ = ["TinyTransformer", "Block"]
 
@@ -32,15 +33,9 @@ class Block(nn.Module):
             nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model)
         )
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        pos: torch.Tensor,
-        causal: bool,
-        mask: torch.Tensor | None = None,
-        inputs: Mapping[str, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), pos, causal=causal, mask=mask, inputs=inputs)
+    def forward(self, x: torch.Tensor, positions: Positions) -> torch.Tensor:
+        """x ``(b, n, D)`` -> ``(b, n, D)``; ``positions`` prepared once per forward."""
+        x = x + self.attn(self.ln1(x), positions=positions)
         return x + self.mlp(self.ln2(x))
 
 
@@ -96,26 +91,39 @@ class TinyTransformer(nn.Module):
         for an encoding with ``coord_axes = a``. ``inputs``: named side inputs (see
         ``posenc_lib.Context``), handed to ``encode_input`` and to every attention call.
         """
-        if tokens.dim() != 2 or tokens.is_floating_point():
+        if (
+            not isinstance(tokens, torch.Tensor)
+            or tokens.dim() != 2
+            or (
+                tokens.is_floating_point()
+                or tokens.is_complex()
+                or tokens.dtype == torch.bool
+            )
+        ):
             raise ValueError(
                 "tokens must be an integer tensor of shape (b, n), got "
-                f"{tuple(tokens.shape)} {tokens.dtype}"
-            )
-        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
-            lo, hi = int(tokens.min()), int(tokens.max())
-            raise ValueError(
-                f"tokens must lie in [0, {self.vocab_size}), got values in [{lo}, {hi}]"
+                f"{tuple(getattr(tokens, 'shape', ()))} {getattr(tokens, 'dtype', '')}"
             )
         b, n = tokens.shape
-        pos = as_positions(
-            pos, b, n, "pos", device=tokens.device, axes=self.pe.coord_axes
+        if b == 0 or n == 0:
+            raise ValueError(f"tokens must hold at least one token, got shape {(b, n)}")
+        if not compiling():  # the model's one data check: ids in the vocabulary
+            lo, hi = torch.stack([tokens.min(), tokens.max()]).tolist()
+            if lo < 0 or hi >= self.vocab_size:
+                raise ValueError(
+                    f"tokens must lie in [0, {self.vocab_size}), got values in "
+                    f"[{lo}, {hi}]"
+                )
+        heads = self.blocks[0].attn.n_heads
+        # positions, mask and side inputs: checked once, shared by every layer
+        positions = prepare(
+            self.pe, b, heads, n, n, pos, pos, causal, mask, inputs, tokens.device
         )
-        inputs = _check_inputs(self.pe, inputs)
         x = self.embed(tokens)  # (b, n, D)
-        ctx = Context(x=x, causal=causal, inputs=inputs)
-        x = self.pe.call_hook("encode_input", x, pos, ctx=ctx)
+        ctx = Context(x=x, causal=causal, inputs=positions.inputs, positions=positions)
+        x = self.pe.call_hook("encode_input", x, positions.q, ctx=ctx)
         for block in self.blocks:
-            x = block(x, pos, causal, mask, inputs)
+            x = block(x, positions)
         return self.ln_f(x)
 
     def forward(

@@ -9,6 +9,7 @@ Shape legend used throughout ``posenc_lib`` (as in x-transformers, defined once)
 
 from __future__ import annotations
 
+import math
 import os
 import random
 
@@ -22,8 +23,19 @@ __all__ = [
     "check_positive_int",
     "check_nonnegative_int",
     "check_bool_mask",
+    "compiling",
+    "check_qkv",
     "setup",
 ]
+
+
+def compiling() -> bool:
+    """True while ``torch.compile`` traces: data-dependent checks are skipped then,
+    since they would break the graph (they ran when the model was called eagerly)."""
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and hasattr(compiler, "is_compiling"):
+        return compiler.is_compiling()
+    return torch._dynamo.is_compiling()  # torch < 2.3
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -156,3 +168,56 @@ def check_bool_mask(mask: object, shape: tuple[int, ...], what: str) -> None:
             f"mask must be broadcastable to {what} {tuple(shape)}, got "
             f"{tuple(mask.shape)}"
         ) from None
+
+
+def is_4d(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.dim() == 4
+
+
+def check_qkv(q, k, v, scale: float) -> tuple[int, int, int, int]:
+    """Shapes and dtypes; then, in one host sync, that q, k, v are finite and that
+    q.k cannot overflow the dtype the scores are computed in."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            raise TypeError(
+                f"{name} must be a floating-point tensor, got "
+                f"{getattr(t, 'dtype', type(t).__name__)}"
+            )
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(
+            "q, k, v must be 4-D (b, h, n, d); got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    b, h, i, d = q.shape
+    if k.shape[:2] != (b, h) or k.shape[-1] != d:
+        raise ValueError(
+            f"k must have shape ({b}, {h}, j, {d}) to match q {tuple(q.shape)}, "
+            f"got {tuple(k.shape)}"
+        )
+    if v.shape[:3] != k.shape[:3] or v.dtype != q.dtype or k.dtype != q.dtype:
+        raise ValueError(
+            f"v must have shape ({b}, {h}, {k.shape[2]}, e) and q, k, v one dtype; "
+            f"got v {tuple(v.shape)}, dtypes {q.dtype}, {k.dtype}, {v.dtype}"
+        )
+    if 0 in (b, h, i, d, k.shape[2]):
+        raise ValueError(
+            f"attention needs b, h, i, j, d > 0, got q {tuple(q.shape)}, "
+            f"k {tuple(k.shape)}"
+        )
+    with torch.no_grad():  # |q.k| <= max|q| max|k| d, in float64 so it cannot overflow
+        big = [t.abs().amax().double() for t in (q, k, v)]
+        bound = big[0] * big[1] * d * abs(scale)
+        ok, finite = torch.stack([bound, sum(big)]).tolist()  # the one sync
+    if not math.isfinite(finite):
+        name = next(n for n, t in zip("qkv", (q, k, v)) if not torch.isfinite(t).all())
+        raise ValueError(
+            f"{name} holds NaN or infinite values; attention is defined for finite "
+            "q, k, v (the fused kernel would return zeros, the explicit path NaN)"
+        )
+    work = torch.promote_types(q.dtype, torch.float32)
+    if ok > torch.finfo(work).max:
+        raise ValueError(
+            f"q.k may overflow {work}: max|q| * max|k| * d * scale = {ok:.3g} > "
+            f"{torch.finfo(work).max:.3g}; scale q and k down (e.g. normalise them)"
+        )
+    return b, h, i, k.shape[2]

@@ -389,12 +389,30 @@ def test_non_finite_inputs_are_refused_the_same_way_on_every_path(path, name, va
         pl.attention(**tensors, causal=True, path=path)
 
 
-def test_large_finite_inputs_are_not_mistaken_for_infinite_ones():
-    """The cheap check sums each tensor; a sum that overflows is checked exactly."""
+def test_scores_that_would_overflow_are_refused_not_zeroed():
+    """Finite q and k whose product overflows float32: the fused kernel returned
+    all-zero rows (1.95 from a float64 reference) and the explicit path NaN. Now
+    refused at the boundary, with the bound that was exceeded."""
     q, k, v = (t.float() for t in qkv())
-    q[..., 0] = 3e38  # finite, but the sum overflows float32
     assert torch.isfinite(pl.attention(q * 0 + 1, k, v)).all()
-    pl.attention(q, k, v, path="slow")  # no error: every element is finite
+    for path in ("fast", "slow"):
+        with pytest.raises(ValueError, match="q.k may overflow torch.float32"):
+            pl.attention(q * 1e20, k * 1e20, v, path=path)
+
+
+def test_half_precision_scores_are_computed_in_float32_on_the_explicit_path():
+    """|q|.|k| ~ 9e4 overflows float16 (max 65504): the explicit path gave 56 of 64
+    NaN where the fused kernel, which scores in float32, was finite. Both now agree
+    with a float64 reference."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 4, 8) for _ in range(3))
+    q = q / q.norm(dim=-1, keepdim=True) * 300.0
+    k = k / k.norm(dim=-1, keepdim=True) * 300.0 * 8**0.5  # q.k*scale up to 9e4
+    ref = pl.attention(q.double(), k.double(), v.double(), causal=True)
+    for path in ("slow", "fast"):
+        out = pl.attention(q.half(), k.half(), v.half(), causal=True, path=path)
+        assert torch.isfinite(out).all(), path
+        assert_close(out.double(), ref, atol=2e-2, rtol=0)
 
 
 def test_integer_tensors_and_bad_masks_are_still_clear_errors():

@@ -344,8 +344,8 @@ def test_bad_arguments_are_clear_errors():
         pl.apply_rope(x, torch.arange(3), inv_freq, layout="neox")
     with pytest.raises(ValueError, match="inv_freq must have shape"):
         pl.apply_rope(x, torch.arange(3), inv_freq[:3])
-    with pytest.raises(ValueError, match="x must be a 4-D tensor"):
-        pl.apply_rope(torch.randn(3, 8), torch.arange(3), inv_freq)
+    with pytest.raises(ValueError, match=r"x must be a tensor \(\.\.\., n, d\)"):
+        pl.apply_rope(torch.randn(8), torch.arange(3), inv_freq)
     with pytest.raises(ValueError, match="scaling must be one of"):
         pl.rope_inv_freq(8, scaling="ntk-by-parts")
     with pytest.raises(TypeError, match="needs the parameters"):
@@ -372,3 +372,14 @@ def test_bad_arguments_are_clear_errors():
             torch.arange(2)[None],
             torch.arange(2)[None],
         )
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_apply_rope_takes_any_leading_dimensions(layout):
+    """(n, d), (b, n, d) and (b, h, n, d) rotate alike: no x[None, None] needed."""
+    inv_freq, _ = pl.rope_inv_freq(8)
+    x = torch.randn(2, 3, 5, 8, dtype=torch.float64)
+    pos = torch.tensor([[0, 1, 2, 7, 9], [3, 4, 5, 6, 7]])
+    full = pl.apply_rope(x, pos, inv_freq, layout)
+    assert_close(pl.apply_rope(x[:, 0], pos, inv_freq, layout), full[:, 0])
+    assert_close(pl.apply_rope(x[1, 2], pos[1], inv_freq, layout), full[1, 2])

@@ -16,15 +16,16 @@ fairseq code, and ``build_alibi_tensor`` in Hugging Face's BLOOM).
 
 The same term is exposed twice from one formula (``linear_bias``): ``score_bias`` builds
 the ``(b, h, i, j)`` tensor, ``score_mod`` the FlexAttention form that computes each
-entry inside the kernel. It reads positions and slopes only, so the fast path builds
-the masked bias once and reuses it while the positions stay the same.
+entry inside the kernel. It reads positions and slopes only (``reuse``), so a
+forward pass builds it once and every layer shares it.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..base import PositionalEncoding, relative_offsets
+from ..base import PositionalEncoding
+from ..positions import relative_offsets
 from ..registry import register
 from ..utils import check_positive_int
 
@@ -69,15 +70,15 @@ def alibi_bias(
     symmetric: bool = False,
 ) -> torch.Tensor:
     """``(h,)`` slopes, ``(b, i)`` and ``(b, j)`` integer positions ->
-    ``(b, h, i, j)`` bias.
+    ``(b|1, h, i, j)`` bias.
 
     ``-m_h (i - j)``, or ``-m_h |i - j|`` when ``symmetric``; in the slopes' dtype.
     """
     if slopes.dim() != 1:
         raise ValueError(f"slopes must be 1-D (h,), got shape {tuple(slopes.shape)}")
-    if q_pos.dim() != 2 or k_pos.dim() != 2 or q_pos.shape[0] != k_pos.shape[0]:
+    if q_pos.dim() != 2 or k_pos.dim() != 2 or 1 < q_pos.shape[0] != k_pos.shape[0] > 1:
         raise ValueError(
-            f"q_pos and k_pos must be (b, i) and (b, j) with the same b, got "
+            f"q_pos and k_pos must be (b|1, i) and (b|1, j), got "
             f"{tuple(q_pos.shape)} and {tuple(k_pos.shape)}"
         )
     # i - j for every query/key pair
@@ -100,6 +101,7 @@ class ALiBi(PositionalEncoding):
         "position-content": "dropped",
         "position-position": "replaced by a fixed linear bias -m_h (i-j) per head",
     }
+    reuse = frozenset({"score_bias"})  # positions and slopes only: once per forward
 
     def __init__(self, n_heads: int, symmetric: bool = False):
         super().__init__()

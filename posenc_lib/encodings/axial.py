@@ -28,21 +28,23 @@ from torch import nn
 
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_positive_int, compiling
 
 __all__ = ["AxialPositionalEncoding", "axial_indices", "axial_shape"]
 
 MODES = ("concat", "sum")
 
 
-def axial_indices(pos: torch.Tensor, n1: int) -> tuple[torch.Tensor, torch.Tensor]:
+def axial_indices(
+    pos: torch.Tensor, n1: int, checked: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Integer positions ``(...)`` -> ``(r, s)`` with ``r = pos mod n1`` and
-    ``s = pos // n1``."""
+    ``s = pos // n1`` (``checked``: the caller has checked ``pos``)."""
     check_positive_int(n1, "n1")
     pos = torch.as_tensor(pos)
     if pos.is_floating_point() or pos.is_complex() or pos.dtype == torch.bool:
         raise TypeError(f"pos must hold integer positions, got dtype {pos.dtype}")
-    if pos.numel() and pos.min() < 0:
+    if not checked and pos.numel() and not compiling() and bool(pos.min() < 0):
         raise ValueError(f"pos must be >= 0, got a minimum of {int(pos.min())}")
     # r = n mod n1,  s = floor(n / n1)
     return pos % n1, torch.div(pos, n1, rounding_mode="floor")
@@ -111,18 +113,23 @@ class AxialPositionalEncoding(PositionalEncoding):
 
     def check_positions(self, pos: torch.Tensor) -> None:
         """Raise ``ValueError`` unless every position lies in ``[0, max_len)``."""
-        if pos.numel() and (pos.max() >= self.max_len or pos.min() < 0):
+        if not pos.numel() or compiling():  # inside a compiled graph: no data checks
+            return
+        lo, hi = torch.stack([pos.min(), pos.max()]).tolist()  # one sync
+        if lo < 0:
+            raise ValueError(f"pos must be >= 0, got a minimum of {lo}")
+        if hi >= self.max_len:
             raise ValueError(
                 f"pos must lie in [0, max_len) = [0, {self.max_len}) for this axial "
                 f"table (n1={self.n1}, n2={self.n2}), got values in "
-                f"[{int(pos.min())}, {int(pos.max())}]"
+                f"[{lo}, {hi}]"
             )
 
     def embed(self, pos: torch.Tensor) -> torch.Tensor:
         """Integer positions ``(...)`` -> their axial embeddings ``(..., D)``."""
         pos = torch.as_tensor(pos, device=self.p1.device)
-        r, s = axial_indices(pos, self.n1)
         self.check_positions(pos)
+        r, s = axial_indices(pos, self.n1, checked=True)
         if self.mode == "concat":
             # P[n] = [P1[r] | P2[s]]
             return torch.cat((self.p1[r], self.p2[s]), dim=-1)  # (..., d1 + d2)

@@ -20,7 +20,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..base import PositionalEncoding, relative_offsets
+from ..base import PositionalEncoding
+from ..positions import relative_offsets
 from ..registry import register
 from ..utils import check_positive_int
 

@@ -77,6 +77,12 @@ def forgetting_bias(log_f: torch.Tensor) -> torch.Tensor:
             "log_f must be <= 0 (forget gates lie in (0, 1]), got a maximum of "
             f"{log_f.max().item():.4g}"
         )
+    return _bias(log_f)
+
+
+def _bias(log_f: torch.Tensor) -> torch.Tensor:
+    """``forgetting_bias`` without its checks (the layer's gates pass them by
+    construction: a log-sigmoid is finite and <= 0)."""
     n = log_f.shape[-1]
     # c_t = sum_{l<=t} log f_l, in float64 so that c_i - c_j keeps D_ij's digits
     c = log_f.double().cumsum(-1)  # (b, h, n)
@@ -111,7 +117,6 @@ class ForgettingAttention(PositionalEncoding):
     """
 
     causal_only = True
-    ctx_reads = frozenset({"x", "q", "k"})  # the gates' input; q, k for the shapes
     four_terms = {
         "content-content": "kept",
         "content-position": "dropped",
@@ -166,7 +171,7 @@ class ForgettingAttention(PositionalEncoding):
         k_pos: torch.Tensor,
         ctx: Context,
     ) -> torch.Tensor:
-        return forgetting_bias(self._gates_of_call(q, k, ctx))  # (b, h, i, j)
+        return _bias(self._gates_of_call(q, k, ctx))  # (b, h, i, j)
 
     def score_mod(
         self, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: Context

@@ -283,8 +283,9 @@ def _check_index_input(t, name: str, shape: tuple, minimum: int) -> torch.Tensor
             f"{getattr(t, 'dtype', type(t).__name__)}"
         )
     if tuple(t.shape) != shape:
+        what = " (one row per query, one column per key)" if len(shape) == 3 else ""
         raise ValueError(
-            f"inputs[{name!r}] must have shape {shape}, got {tuple(t.shape)}"
+            f"inputs[{name!r}] must have shape {shape}{what}, got {tuple(t.shape)}"
         )
     if t.numel() and t.min() < minimum:
         raise ValueError(
@@ -307,7 +308,7 @@ class SpatialBias(PositionalEncoding):
     """
 
     side_inputs = {"spd": "(b, n, n) int64 shortest-path hop counts, -1 = unreachable"}
-    ctx_reads = frozenset({"inputs"})  # the distances only: cached like positions
+    reuse = frozenset({"score_bias"})  # the graph's: once per forward pass
     four_terms = {
         "content-content": "kept",
         "content-position": "dropped",
@@ -329,17 +330,9 @@ class SpatialBias(PositionalEncoding):
         return torch.where(spd == UNREACHABLE, self.max_dist + 1, clipped)
 
     def rows(self, spd: torch.Tensor, b: int, i: int, j: int) -> torch.Tensor:
-        """The side input ``spd`` ``(b, i, j)``, checked, as rows of ``spatial``:
-        built once per distances (``cached``; every layer reads the same graph)."""
-        if not isinstance(spd, torch.Tensor):  # the check names what is wrong
-            _check_index_input(spd, "spd", (b, i, j), minimum=UNREACHABLE)
-
-        def build():
-            checked = _check_index_input(spd, "spd", (b, i, j), minimum=UNREACHABLE)
-            return self.spatial_index(checked)  # (b, i, j)
-
-        key = (spd, b, i, j, self.max_dist)
-        return self.cached("rows", key, build, params=False)
+        """The side input ``spd`` ``(b, i, j)``, checked, as rows of ``spatial``."""
+        checked = _check_index_input(spd, "spd", (b, i, j), minimum=UNREACHABLE)
+        return self.spatial_index(checked)  # (b, i, j)
 
     def score_bias(self, q, k, q_pos, k_pos, ctx: Context) -> torch.Tensor:
         b, _, i, _ = q.shape

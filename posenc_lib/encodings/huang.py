@@ -31,7 +31,8 @@ import math
 import torch
 from torch import nn
 
-from ..base import PositionalEncoding, relative_offsets
+from ..base import PositionalEncoding
+from ..positions import relative_offsets
 from ..registry import register
 from ..utils import check_nonnegative_int, check_positive_int
 
@@ -92,16 +93,8 @@ class _HuangTable(PositionalEncoding):
         self.w = nn.Parameter(start)  # (R, width)
 
     def _index(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-        """``(b|1, i, j)`` table rows, built once per positions (``cached``)."""
-        config = (self.max_distance, self.directional)
-
-        def build():
-            qp, kp = q_pos, k_pos
-            if bool((qp == qp[:1]).all() and (kp == kp[:1]).all()):
-                qp, kp = qp[:1], kp[:1]  # one (i, j) index for the batch
-            return huang_relative_index(qp, kp, *config)
-
-        return self.cached("index", (q_pos, k_pos, *config), build, params=False)
+        """``(b|1, i, j)`` table rows."""
+        return huang_relative_index(q_pos, k_pos, self.max_distance, self.directional)
 
     def _scale(self, d: int) -> float:
         return self.scale if self.scale is not None else 1.0 / math.sqrt(d)

@@ -17,7 +17,7 @@ from torch import nn
 
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_positive_int, compiling
 
 __all__ = ["LearnedAbsolute"]
 
@@ -55,11 +55,14 @@ class LearnedAbsolute(PositionalEncoding):
         """Raise ``ValueError`` unless every position lies in ``[0, max_len)``."""
         if pos.is_floating_point() or pos.is_complex() or pos.dtype == torch.bool:
             raise TypeError(f"pos must hold integer positions, got dtype {pos.dtype}")
-        if pos.numel() and (pos.min() < 0 or pos.max() >= self.max_len):
+        if not pos.numel() or compiling():  # inside a compiled graph: no data checks
+            return
+        lo, hi = torch.stack([pos.min(), pos.max()]).tolist()  # one sync
+        if lo < 0 or hi >= self.max_len:
             raise ValueError(
                 f"pos must lie in [0, max_len) = [0, {self.max_len}) for a learned "
                 f"table of {self.max_len} rows, got positions in "
-                f"[{int(pos.min())}, {int(pos.max())}]: the table has no row for them"
+                f"[{lo}, {hi}]: the table has no row for them"
             )
 
     def encode_input(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:

@@ -33,6 +33,7 @@ from typing import Callable
 import torch
 
 from ..base import PositionalEncoding
+from ..positions import position_facts
 from ..registry import register
 from ..utils import check_positive_int
 
@@ -346,60 +347,26 @@ def apply_rope(
     layout: str = "half",
     attention_factor: float = 1.0,
     cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None,
+    checked: bool = False,
 ) -> torch.Tensor:
-    """Rotate ``x`` ``(b, h, n, d)`` at integer ``positions`` ``(n,)`` or ``(b, n)``;
-    same shape and dtype. ``cos_sin``: the ``rope_cos_sin`` of these positions, when
-    the caller has them already.
+    """Rotate ``x`` ``(..., n, d)`` at integer ``positions`` ``(n,)``, or ``(b|1, n)``
+    for ``x`` ``(b, n, d)`` or ``(b, h, n, d)``; same shape and dtype. ``cos_sin``:
+    the ``rope_cos_sin`` of these positions, when the caller has them already
+    (``checked``: and has checked the arguments, as ``Rotary`` does once per forward).
 
     x_m -> x_m * cos(m theta) + rot(x_m) * sin(m theta), with rot = ``rotate_half`` for
     ``layout="half"`` and ``rotate_every_two`` for ``"interleaved"``; the result is
     multiplied by ``attention_factor``. Angles are computed in float64, then cast to
     ``x.dtype``.
     """
-    if not isinstance(x, torch.Tensor) or x.dim() != 4:
-        raise ValueError(
-            "x must be a 4-D tensor (b, h, n, d), got shape "
-            f"{tuple(getattr(x, 'shape', ()))}"
-        )
-    if not x.is_floating_point():
-        raise TypeError(
-            f"x must be a floating-point tensor, got {x.dtype}: cos and sin cast to an "
-            "integer dtype are 0 and +-1, a silently wrong rotation"
-        )
-    b, _, n, d = x.shape
-    if d % 2:
-        raise ValueError(
-            f"the last dimension of x (d = {d}) must be even for RoPE (coordinates are "
-            "rotated in pairs)"
-        )
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    positions = torch.as_tensor(positions, device=x.device)
-    if (
-        positions.is_floating_point()
-        or positions.is_complex()
-        or positions.dtype == torch.bool
-    ):
-        raise TypeError(f"positions must hold integers, got dtype {positions.dtype}")
-    if positions.dim() == 1:
-        positions = positions[None]
-    if (
-        positions.dim() != 2
-        or positions.shape[-1] != n
-        or positions.shape[0] not in (1, b)
-    ):
-        raise ValueError(
-            f"positions must have shape ({n},) or ({b}, {n}) to match x "
-            f"{tuple(x.shape)}, got {tuple(positions.shape)}"
-        )
-    if inv_freq.shape != (d // 2,):
-        raise ValueError(
-            f"inv_freq must have shape ({d // 2},) for d = {d}, got "
-            f"{tuple(inv_freq.shape)}"
-        )
+    if not checked:
+        positions = _check_rope_args(x, positions, inv_freq, layout)
+    d = x.shape[-1]
     if cos_sin is None:
         cos_sin = rope_cos_sin(positions, inv_freq, layout, attention_factor, x.dtype)
     cos, sin = cos_sin  # (b|1, 1, n, d)
+    if positions.dim() == 1 or x.dim() < 4:  # to x's rank: (n, d) or (b|1, n, d)
+        cos, sin = (t[0, 0] if positions.dim() == 1 else t[:, 0] for t in (cos, sin))
     # x cos + rot(x) sin, rot(x) = (-x2, x1) for each pair (x1, x2), whose two
     # coordinates share one angle: written into one new tensor, no intermediates
     out = x * cos  # (b, h, n, d)
@@ -415,6 +382,51 @@ def apply_rope(
     return out
 
 
+def _check_rope_args(x, positions, inv_freq, layout) -> torch.Tensor:
+    """``apply_rope``'s checks; returns the positions as an int64 tensor."""
+    if not isinstance(x, torch.Tensor) or x.dim() < 2:
+        raise ValueError(
+            "x must be a tensor (..., n, d), got shape "
+            f"{tuple(getattr(x, 'shape', ()))}"
+        )
+    if not x.is_floating_point():
+        raise TypeError(
+            f"x must be a floating-point tensor, got {x.dtype}: cos and sin cast to an "
+            "integer dtype are 0 and +-1, a silently wrong rotation"
+        )
+    n, d = x.shape[-2:]
+    if d % 2:
+        raise ValueError(
+            f"the last dimension of x (d = {d}) must be even for RoPE (coordinates are "
+            "rotated in pairs)"
+        )
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    positions = torch.as_tensor(positions, device=x.device)
+    if (
+        positions.is_floating_point()
+        or positions.is_complex()
+        or positions.dtype == torch.bool
+    ):
+        raise TypeError(f"positions must hold integers, got dtype {positions.dtype}")
+    b = x.shape[0] if x.dim() >= 3 else 1
+    if (
+        positions.dim() not in (1, 2)
+        or positions.shape[-1] != n
+        or (positions.dim() == 2 and positions.shape[0] not in (1, b))
+    ):
+        raise ValueError(
+            f"positions must have shape ({n},) or ({b}, {n}) to match x "
+            f"{tuple(x.shape)}, got {tuple(positions.shape)}"
+        )
+    if not isinstance(inv_freq, torch.Tensor) or inv_freq.shape != (d // 2,):
+        raise ValueError(
+            f"inv_freq must have shape ({d // 2},) for d = {d}, got "
+            f"{tuple(getattr(inv_freq, 'shape', ()))}"
+        )
+    return positions.long()
+
+
 def rope_cos_sin(
     positions: torch.Tensor,
     inv_freq: torch.Tensor,
@@ -425,7 +437,9 @@ def rope_cos_sin(
     """``(cos, sin)`` ``(b|1, 1, n, d)`` for integer ``positions`` ``(b|1, n)``, in the
     coordinate order of ``layout``, scaled by ``attention_factor``; angles in float64,
     results in ``dtype``. ``apply_rope`` computes them unless given them (``Rotary``
-    caches them per positions, since every layer and step reuses them)."""
+    computes them once per forward pass and every layer shares them)."""
+    if positions.dim() == 1:
+        positions = positions[None]
     # angle_{m,i} = m * theta_i
     angles = positions.to(torch.float64)[:, None, :, None] * inv_freq.to(
         positions.device, torch.float64
@@ -486,25 +500,20 @@ class Rotary(PositionalEncoding):
                     "(q and k must both have it)"
                 )
 
-    def transform_qk(self, q, k, q_pos, k_pos):
+    def transform_qk(self, q, k, q_pos, k_pos, ctx=None):
         self._check(q, k)
-        return self._rotate(q, q_pos, "q"), self._rotate(k, k_pos, "k")
+        return self._rotate(q, q_pos, "q", ctx), self._rotate(k, k_pos, "k", ctx)
 
-    def _rotate(self, x: torch.Tensor, pos: torch.Tensor, which: str) -> torch.Tensor:
-        # cos and sin depend on the positions only: built once, reused by every layer
-        # and step that sees the same positions (the cache compares them by value)
+    def _rotate(self, x: torch.Tensor, pos: torch.Tensor, which: str, ctx=None):
         args = (self.inv_freq, self.layout, self.attention_factor)
-        pos = torch.as_tensor(pos, device=x.device)
-        cos_sin = None
-        if pos.dtype in (torch.int64, torch.int32) and pos.dim() in (1, 2):
-            cos_sin = self.cached(
-                f"cos_sin_{which}",
-                (pos if pos.dim() == 2 else pos[None], x.dtype, self.layout),
-                lambda: rope_cos_sin(
-                    pos if pos.dim() == 2 else pos[None], *args, dtype=x.dtype
-                ),
-            )  # keyed on inv_freq too: changing the buffer rebuilds them
-        return apply_rope(x, pos, *args, cos_sin=cos_sin)
+        if ctx is None or ctx.positions is None:
+            return apply_rope(x, pos, *args)  # checks pos
+        # cos and sin depend on the positions only: once per forward pass, shared by
+        # every layer (Hugging Face's rotary_emb(x, position_ids) does the same)
+        cos_sin = ctx.positions.reuse(
+            (self, which, x.dtype), lambda: rope_cos_sin(pos, *args, dtype=x.dtype)
+        )
+        return apply_rope(x, pos, *args, cos_sin=cos_sin, checked=True)
 
     def extra_repr(self) -> str:
         return (
@@ -537,9 +546,9 @@ class DynamicRotary(Rotary):
         )
         self.factor = _check_factor(factor)
 
-    def transform_qk(self, q, k, q_pos, k_pos):
+    def transform_qk(self, q, k, q_pos, k_pos, ctx=None):
         self._check(q, k)
-        seq_len = int(max(q_pos.max(), k_pos.max())) + 1
+        seq_len = position_facts(q_pos, k_pos, ctx).top + 1  # known once per forward
         inv_freq, _ = rope_inv_freq(
             self.d_head,
             self.base,
@@ -548,8 +557,10 @@ class DynamicRotary(Rotary):
             seq_len=seq_len,
             original_max_position_embeddings=self.original_max_position_embeddings,
         )
-        return apply_rope(q, q_pos, inv_freq, self.layout), apply_rope(
-            k, k_pos, inv_freq, self.layout
+        checked = ctx is not None and ctx.positions is not None  # checked once
+        return (
+            apply_rope(q, q_pos, inv_freq, self.layout, checked=checked),
+            apply_rope(k, k_pos, inv_freq, self.layout, checked=checked),
         )
 
     def extra_repr(self) -> str:

@@ -100,15 +100,8 @@ class Shaw(PositionalEncoding):
         )
 
     def _index(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-        """``(b, i, j)`` table rows; built once per positions (both terms, every layer
-        and step use it), see ``PositionalEncoding.cached``."""
-        k = self.max_distance
-        return self.cached(
-            "index",
-            (q_pos, k_pos, k),
-            lambda: _index_from_positions(q_pos, k_pos, k),
-            params=False,
-        )  # (b, i, j)
+        """``(b|1, i, j)`` table rows (both terms use them)."""
+        return _index_from_positions(q_pos, k_pos, self.max_distance)  # (b|1, i, j)
 
     def score_bias(
         self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor

@@ -190,7 +190,7 @@ class DistanceRBFBias(PositionalEncoding):
     """
 
     side_inputs = {"coords": "(b, n, 3) float 3-D coordinates of the tokens"}
-    ctx_reads = frozenset({"inputs"})  # the points only: cached like positions
+    reuse = frozenset({"score_bias"})  # the points': once per forward pass
     four_terms = {
         "content-content": "kept",
         "content-position": "dropped",
@@ -228,19 +228,13 @@ class DistanceRBFBias(PositionalEncoding):
 
     def score_mod(self, q_pos, k_pos, ctx: Context):
         """FlexAttention form: ``score + bias_hij``. The K-term RBF map is computed
-        as ``score_bias`` (in the parameters' dtype) once per points and parameters
-        (``cached``) and read per pair, rather than K exponentials per pair inside the
-        kernel."""
+        as ``score_bias`` (in the parameters' dtype) once per call and read per
+        pair, rather than K exponentials per pair inside the kernel."""
         b, i = q_pos.shape[:2]
         w = self.proj.weight
         probe = w.new_empty(b, self.n_heads, i, 0)  # q's shape, for score_bias
         probe_k = w.new_empty(b, self.n_heads, k_pos.shape[1], 0)
-        coords = ctx.inputs["coords"]
-        bias = self.cached(
-            "flex bias",
-            (coords, *probe.shape, k_pos.shape[1], w.dtype),
-            lambda: self.score_bias(probe, probe_k, q_pos, k_pos, ctx=ctx),
-        )  # (b, h, i, j)
+        bias = self.score_bias(probe, probe_k, q_pos, k_pos, ctx=ctx)  # (b, h, i, j)
 
         def mod(score, b, h, q_idx, kv_idx):
             return score + bias[b, h, q_idx, kv_idx]

@@ -114,22 +114,9 @@ class SwinRelativeBias(PositionalEncoding):
             check_coords(q_pos, "SwinRelativeBias"),
             check_coords(k_pos, "SwinRelativeBias"),
         )
-        idx = self.index(q_pos, k_pos)  # (b|1, i, j)
+        idx = relative_index_2d(q_pos, k_pos, *self.window, clamp=self.clamp)
         # B[idx_ij, h]
         return self.table[idx].permute(0, 3, 1, 2).to(q.dtype)  # (b|1, h, i, j)
-
-    def index(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-        """``(b, i, 2), (b, j, 2) -> (b|1, i, j)`` rows of the table, built once per
-        coordinates (``cached``: the same in every layer and step)."""
-
-        def build():
-            qp, kp = q_pos, k_pos
-            if bool((qp == qp[:1]).all() and (kp == kp[:1]).all()):
-                qp, kp = qp[:1], kp[:1]  # one (i, j) table for the batch
-            return relative_index_2d(qp, kp, *self.window, clamp=self.clamp)
-
-        key = (q_pos, k_pos, self.window, self.clamp)
-        return self.cached("index", key, build, params=False)
 
     def score_mod(self, q_pos: torch.Tensor, k_pos: torch.Tensor):
         """FlexAttention form: ``score + B[idx_ij, h]`` with the clamped offset

@@ -28,7 +28,8 @@ import math
 import torch
 from torch import nn
 
-from ..base import PositionalEncoding, relative_offsets
+from ..base import PositionalEncoding
+from ..positions import relative_offsets
 from ..registry import register
 from ..utils import check_positive_int
 
@@ -110,6 +111,7 @@ class T5RelativeBias(PositionalEncoding):
         "position-content": "dropped",
         "position-position": "replaced by a learned per-head scalar b_h(bucket(j-i))",
     }
+    reuse = frozenset({"score_bias"})  # one bias per forward pass, shared by layers
 
     def __init__(
         self,
@@ -136,20 +138,12 @@ class T5RelativeBias(PositionalEncoding):
         )
 
     def buckets(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-        """``(b, i), (b, j)`` positions -> ``(b|1, i, j)`` bucket ids of ``j - i``.
-
-        They depend on the positions only, so they are computed once and reused
-        (``cached``) while the positions stay the same: across layers and steps."""
-        config = (self.bidirectional, self.num_buckets, self.max_distance)
-
-        def build():
-            qp, kp = q_pos, k_pos
-            if bool((qp == qp[:1]).all() and (kp == kp[:1]).all()):
-                qp, kp = qp[:1], kp[:1]  # one (i, j) table for the batch
-            rel = kp[:, None, :] - qp[:, :, None]  # (b|1, i, j): key - query
-            return t5_relative_bucket(rel, *config)
-
-        return self.cached("buckets", (q_pos, k_pos, *config), build, params=False)
+        """``(b|1, i), (b|1, j)`` positions -> ``(b|1, i, j)`` bucket ids of
+        ``j - i``."""
+        rel = k_pos[:, None, :] - q_pos[:, :, None]  # (b|1, i, j): key - query
+        return t5_relative_bucket(
+            rel, self.bidirectional, self.num_buckets, self.max_distance
+        )
 
     def score_bias(
         self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
@@ -165,15 +159,11 @@ class T5RelativeBias(PositionalEncoding):
 
     def score_mod(self, q_pos: torch.Tensor, k_pos: torch.Tensor):
         """FlexAttention form: ``score + b_h[bucket(j - i)]``, read from a table over
-        this call's offsets ``lo .. hi`` (a few KiB; the bucket ids are cached)."""
+        this call's offsets ``lo .. hi`` (a few KiB)."""
         off, lo, hi = relative_offsets(q_pos, k_pos)  # j - i
         config = (self.bidirectional, self.num_buckets, self.max_distance)
-        buckets = self.cached(
-            "offset buckets",
-            (lo, hi, *config),
-            lambda: t5_relative_bucket(torch.arange(lo, hi + 1), *config),
-            params=False,
-        ).to(self.bias.device)  # (L,): bucket(r), r = lo .. hi
+        offsets = torch.arange(lo, hi + 1, device=self.bias.device)
+        buckets = t5_relative_bucket(offsets, *config)  # (L,): bucket(r), r = lo .. hi
         per_offset = self.bias.T[:, buckets].contiguous()  # (h, L): b_h[bucket(r)]
 
         def mod(score, b, h, q_idx, kv_idx):

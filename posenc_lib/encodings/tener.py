@@ -23,6 +23,7 @@ import math
 import torch
 from torch import nn
 
+from ..positions import position_facts
 from ..base import PositionalEncoding
 from ..registry import register
 from ..utils import check_positive_int
@@ -114,7 +115,12 @@ class TENER(PositionalEncoding):
         )  # (h, d)
 
     def score_bias(
-        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        q_pos: torch.Tensor,
+        k_pos: torch.Tensor,
+        ctx=None,
     ) -> torch.Tensor:
         b, h, n_q, d = q.shape
         if (h, d) != (self.n_heads, self.d_head):
@@ -124,7 +130,8 @@ class TENER(PositionalEncoding):
             )
         n_k = k.shape[2]
         offsets = q_pos[:, :, None] - k_pos[:, None, :]  # (b, i, j): t - j
-        m = int(offsets.abs().max())
+        facts = position_facts(q_pos, k_pos, ctx)  # the offsets' range, no sync
+        m = max(-facts.lo, facts.hi)
         table = tener_relative_sinusoid(
             torch.arange(-m, m + 1, device=q.device),
             d,

@@ -27,6 +27,7 @@ import math
 import torch
 from torch import nn
 
+from ..positions import position_facts
 from ..base import PositionalEncoding
 from ..registry import register
 from ..utils import check_positive_int
@@ -57,13 +58,6 @@ def rel_shift(x: torch.Tensor) -> torch.Tensor:
     padded = torch.cat([x.new_zeros(*lead, n, 1), x], dim=-1)  # (..., n, L+1)
     padded = padded.reshape(*lead, length + 1, n)  # same memory, read as (L+1) x n
     return padded[..., 1:, :].reshape(*lead, n, length)  # drop the first n entries
-
-
-def _consecutive(pos: torch.Tensor) -> bool:
-    """True when every row of ``(b, n)`` positions is the same run start,
-    start+1, ..."""
-    steps = torch.arange(pos.shape[-1], device=pos.device)
-    return bool(((pos - pos[:1, :1]) == steps).all())
 
 
 class TransformerXL(PositionalEncoding):
@@ -112,7 +106,12 @@ class TransformerXL(PositionalEncoding):
         return self.w_r(r).unflatten(-1, (self.n_heads, self.d_head))  # (..., h, d)
 
     def score_bias(
-        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        q_pos: torch.Tensor,
+        k_pos: torch.Tensor,
+        ctx=None,
     ) -> torch.Tensor:
         b, h, n_q, d = q.shape
         if (h, d) != (self.n_heads, self.d_head):
@@ -124,14 +123,15 @@ class TransformerXL(PositionalEncoding):
         # (c) u . k_j, the same for every query
         c = torch.einsum("hd,bhjd->bhj", self.u, k)[:, :, None, :]  # (b, h, 1, j)
         qv = q + self.v[None, :, None, :]  # (b, h, i, d): (b) + (d) together
-        offsets = q_pos[:, :, None] - k_pos[:, None, :]  # (b, i, j): i - j
+        offsets = q_pos[:, :, None] - k_pos[:, None, :]  # (b|1, i, j): i - j
+        facts = position_facts(q_pos, k_pos, ctx)  # offsets i - j in -hi .. -lo
         if self.direct:
             r = self.projected_r(offsets, q.dtype)  # (b, i, j, h, d)
             bd = torch.einsum("bhid,bijhd->bhij", qv, r)
-        elif _consecutive(q_pos) and _consecutive(k_pos):
-            # offsets from r_max = last query - first key down to r_min,
-            # L = n_q + n_k - 1
-            r_max = int(q_pos[0, -1] - k_pos[0, 0])
+        elif facts.run:
+            # keys a run, queries the last of them: every row has the same offsets,
+            # from r_max = last query - first key down, L = n_q + n_k - 1
+            r_max = -facts.lo
             r = self.projected_r(
                 torch.arange(r_max, r_max - (n_q + n_k - 1), -1, device=q.device),
                 q.dtype,
@@ -140,13 +140,14 @@ class TransformerXL(PositionalEncoding):
                 ..., :n_k
             ]  # (b, h, i, j)
         else:
-            r_max = int(offsets.max())
+            r_max = -facts.lo
             r = self.projected_r(
-                torch.arange(r_max, int(offsets.min()) - 1, -1, device=q.device),
+                torch.arange(r_max, -facts.hi - 1, -1, device=q.device),
                 q.dtype,
             )  # (L, h, d)
             table = torch.einsum("bhid,lhd->bhil", qv, r)  # (b, h, i, L)
-            bd = table.gather(-1, (r_max - offsets)[:, None].expand(b, h, n_q, n_k))
+            index = (r_max - offsets)[:, None].expand(b, h, n_q, n_k)
+            bd = table.gather(-1, index)
         return (bd + c) / math.sqrt(d)
 
     def extra_repr(self) -> str:

@@ -81,8 +81,8 @@ class XPos(Rotary):
         )
         return s.to(dtype)  # (b, 1, n, d)
 
-    def transform_qk(self, q, k, q_pos, k_pos):
-        q, k = super().transform_qk(q, k, q_pos, k_pos)
+    def transform_qk(self, q, k, q_pos, k_pos, ctx=None):
+        q, k = super().transform_qk(q, k, q_pos, k_pos, ctx)
         return q * self._scale(q_pos, +1, q.dtype), k * self._scale(k_pos, -1, k.dtype)
 
     def extra_repr(self) -> str:
