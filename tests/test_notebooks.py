@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import pathlib
 import re
-import sys
 
 import pytest
 
+from tools.authoring.colab_cell import TAG, canonical_source, toc_notebooks
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-from colab_cell import TAG, canonical_source, toc_notebooks  # noqa: E402
 
 NOTEBOOKS = sorted(
     p for p in (ROOT / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
@@ -81,7 +80,7 @@ def test_first_cell_is_the_canonical_colab_cell(path):
     assert first["cell_type"] == "code"
     assert "".join(first["source"]) == canonical_source(), (
         f"{path.name}: the Colab cell differs from the canonical one; "
-        "run `python tools/colab_cell.py --fix`"
+        "run `python -m tools.authoring.colab_cell --fix`"
     )
     assert TAG in first["metadata"].get("tags", []), (
         f"{path.name}: the Colab cell must be tagged {TAG}"

@@ -1,5 +1,5 @@
-"""The student edition (tools/student_edition.py): solutions removed, everything else
-kept, and the notebooks still execute."""
+"""The student edition (tools/build/student_edition.py): solutions removed, everything
+else kept, and the notebooks still execute."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import zipfile
 
 import pytest
 
+from tools.build import student_edition
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import student_edition  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,9 @@ echo "== 1/3 unit and hygiene tests"
 "$PY" -m pytest tests -m "not browser" -q
 
 echo "== 2/3 notebooks (nbval) and the strict site build, in parallel"
-"$PY" tools/build_site.py --fresh > _build/logs/build.log 2>&1 &
+"$PY" -m tools.build.site --fresh > _build/logs/build.log 2>&1 &
 build_pid=$!
-mapfile -t notebooks < <("$PY" tools/colab_cell.py --list)
+mapfile -t notebooks < <("$PY" -m tools.authoring.colab_cell --list)
 nb_status=0
 "$PY" -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=120 -q --durations=5 --durations-min=2 "${notebooks[@]}" || nb_status=$?
 build_status=0

@@ -1,10 +1,10 @@
 """The student edition: every chapter notebook with the exercise solutions removed,
 generated from the one source (never edited by hand).
 
-    python tools/student_edition.py [OUT]   # default OUT: _build/student
+    python -m tools.build.student_edition [OUT]   # default OUT: _build/student
 
 writes ``OUT/<part>/<chapter>.ipynb`` for every notebook of ``_toc.yml`` and
-``OUT/posenc-student-notebooks.zip`` with all of them. ``tools/build_site.py`` runs it
+``OUT/posenc-student-notebooks.zip`` with all of them. ``tools/build/site.py`` runs it
 and the site serves the zip (``html_extra_path``), linked from the teaching guide.
 
 Solutions are ``{solution}`` directives in Markdown cells; each is replaced by one
@@ -23,7 +23,7 @@ import re
 import sys
 import zipfile
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 ZIP_NAME = "posenc-student-notebooks.zip"
 SOLUTION = re.compile(
     r"^(?P<fence>`{3,}|:{3,})\{solution\}\s*(?P<label>\S*)[^\n]*\n"
