@@ -20,6 +20,10 @@ def main(page: pathlib.Path, render: Callable[[], str], tool: str) -> int:
             print(f"run python -m tools.build.{tool}")
             return 1
         return 0
+    if page.exists() and page.read_text() == text:
+        # untouched: the test command's --check may be reading it at the same time
+        print(f"{page.relative_to(ROOT)} is up to date")
+        return 0
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(text)
     print(f"wrote {page.relative_to(ROOT)}")
