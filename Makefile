@@ -18,10 +18,10 @@ $(STAMP): requirements.txt pyproject.toml
 env: $(STAMP)
 
 site: $(STAMP)
-	$(PY) tools/build_site.py
+	$(PY) -m tools.build.site
 
 test: $(STAMP)
-	PY=$(PY) bash tools/test.sh
+	PY=$(PY) bash tools/build/test.sh
 
 clean:
 	rm -rf _build

@@ -9,3 +9,14 @@ def _seed_and_threads():
     torch.manual_seed(0)
     torch.set_num_threads(1)
     yield
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``build`` run the whole site build (minutes): only when selected
+    with ``-m build`` (``make test`` does), never by a plain ``pytest tests``."""
+    if "build" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="runs the strict site build: select with -m build")
+    for item in items:
+        if item.get_closest_marker("build"):
+            item.add_marker(skip)

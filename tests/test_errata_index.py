@@ -9,14 +9,14 @@ import re
 import subprocess
 import sys
 
+from tools.build import errata_index
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import errata_index  # noqa: E402
 
 
 def test_the_committed_page_is_what_the_tool_generates():
     result = subprocess.run(
-        [sys.executable, "tools/errata_index.py", "--check"],
+        [sys.executable, "-m", "tools.build.errata_index", "--check"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -38,6 +38,6 @@ def test_every_erratum_of_every_chapter_is_listed():
                 found += len(opening.findall("".join(cell["source"])))
     assert found == listed, (
         f"{found} erratum boxes in the chapters, {listed} in the index: write each "
-        "as ```{admonition} Erratum: ... and run tools/errata_index.py"
+        "as ```{admonition} Erratum: ... and run python -m tools.build.errata_index"
     )
     assert found > 0

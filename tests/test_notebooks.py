@@ -1,18 +1,20 @@
 """Notebook hygiene: every chapter is in the table of contents, stored clean,
-self-checking, and starts with the one canonical Colab install cell."""
+self-checking, and starts with the one canonical Colab install cell; and (``-m build``,
+run by ``make test``) every notebook executes without error in the strict site build."""
 
 from __future__ import annotations
 
 import json
 import pathlib
 import re
+import subprocess
 import sys
 
 import pytest
 
+from tools.authoring.colab_cell import TAG, canonical_source, toc_notebooks
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-from colab_cell import TAG, canonical_source, toc_notebooks  # noqa: E402
 
 NOTEBOOKS = sorted(
     p for p in (ROOT / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
@@ -81,7 +83,7 @@ def test_first_cell_is_the_canonical_colab_cell(path):
     assert first["cell_type"] == "code"
     assert "".join(first["source"]) == canonical_source(), (
         f"{path.name}: the Colab cell differs from the canonical one; "
-        "run `python tools/colab_cell.py --fix`"
+        "run `python -m tools.authoring.colab_cell --fix`"
     )
     assert TAG in first["metadata"].get("tags", []), (
         f"{path.name}: the Colab cell must be tagged {TAG}"
@@ -114,3 +116,62 @@ def test_notebook_follows_the_chapter_skeleton(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
 def test_notebook_uses_the_python3_kernel(path):
     assert load(path)["metadata"]["kernelspec"]["name"] == "python3"
+
+
+# The one execution of every notebook in the test command: the strict site build
+# (`make test` selects these with -m build; they are skipped otherwise). The build
+# fails on any cell error (allow_errors: false, nb_execution_raise_on_error: true in
+# _config.yml); these tests say which notebook, with its traceback.
+BUILD_LOG = ROOT / "_build" / "logs" / "build.log"
+TOC_NOTEBOOKS = toc_notebooks()
+EXECUTED = re.compile(r"^(?:.*/)?(book/\S+?\.ipynb): Executed notebook in", re.M)
+FAILED = re.compile(
+    r"^(?:.*/)?(book/\S+?\.ipynb)(?::\d+)?: WARNING: Executing notebook failed", re.M
+)
+
+
+@pytest.fixture(scope="session")
+def strict_build() -> tuple[int, str]:
+    """``python -m tools.build.site --fresh`` once: its exit status and its log."""
+    BUILD_LOG.parent.mkdir(parents=True, exist_ok=True)
+    with BUILD_LOG.open("w") as log:
+        status = subprocess.run(
+            [sys.executable, "-m", "tools.build.site", "--fresh"],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        ).returncode
+    log = BUILD_LOG.read_text(errors="replace")
+    return status, re.sub(r"\x1b\[[0-9;]*m", "", log)  # without terminal colours
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("path", TOC_NOTEBOOKS, ids=ids(TOC_NOTEBOOKS))
+def test_notebook_executes_in_the_strict_build(strict_build, path):
+    _, log = strict_build
+    rel = path.relative_to(ROOT).as_posix()
+    if rel in EXECUTED.findall(log):
+        return
+    failed = FAILED.search(log)
+    if failed and failed.group(1) == rel:
+        report = log[failed.start() :].split("[mystnb.exec]")[0]
+        cell = report.find("An error occurred while executing the following cell")
+        pytest.fail(f"{rel} failed in the site build:\n{report[max(cell, 0) :][:6000]}")
+    if failed:
+        pytest.skip(f"not executed: the build stopped at {failed.group(1)}")
+    pytest.fail(f"{rel} was not executed by the build (see {BUILD_LOG})")
+
+
+@pytest.mark.build
+def test_the_strict_site_build_passes(strict_build):
+    status, log = strict_build
+    problems = [
+        line
+        for line in log.splitlines()
+        if re.search(r"WARNING|ERROR|Traceback|exited", line)
+        and "Kernel is running over TCP" not in line
+    ]
+    assert status == 0, (
+        f"the site build exited {status} (log: {BUILD_LOG}):\n"
+        + "\n".join(problems[-40:] or log.splitlines()[-40:])
+    )

@@ -1,19 +1,61 @@
-"""The student edition (tools/student_edition.py): solutions removed, everything else
-kept, and the notebooks still execute."""
+"""The student edition (tools/build/student_edition.py): solutions and the cells that
+check them removed, an answer cell after each exercise, everything else kept, and the
+notebooks still execute."""
 
 from __future__ import annotations
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 import zipfile
 
+import nbformat
 import pytest
 
+from tools.authoring.colab_cell import canonical_source
+from tools.build import student_edition
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import student_edition  # noqa: E402
+ENTRIES = student_edition.toc_notebooks()
+
+
+def code_cells(nb: dict) -> list[dict]:
+    return [c for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def tags(cell: dict) -> list[str]:
+    return cell["metadata"].get("tags", [])
+
+
+def looks_like_a_solution_check(cell: dict) -> bool:
+    """A code cell hidden from the site (``remove-cell``) that speaks of a solution:
+    how the chapters mark the cells that assert an exercise's answer, tag or not."""
+    return (
+        cell["cell_type"] == "code"
+        and "remove-cell" in tags(cell)
+        and re.search(r"\bsolutions?\b", "".join(cell["source"]), re.I) is not None
+    )
+
+
+def solution_lines(nb: dict) -> set[str]:
+    """The distinctive lines of the chapter's solutions: those that appear nowhere
+    else in the notebook."""
+    inside, outside = set(), []
+    for cell in nb["cells"]:
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            for m in student_edition.SOLUTION.finditer(text):
+                inside.update(
+                    line.strip()
+                    for line in m.group(0).splitlines()[1:-1]
+                    if len(line.strip()) > 30 and not line.startswith(":")
+                )
+            text = student_edition.SOLUTION.sub("", text)
+        outside.append(text)
+    rest = "\n".join(outside)
+    return {line for line in inside if line not in rest}
 
 
 @pytest.fixture(scope="module")
@@ -22,32 +64,111 @@ def edition(tmp_path_factory):
     return out, student_edition.build(out)
 
 
-def test_every_chapter_has_a_student_notebook_without_solutions(edition):
-    out, written = edition
-    entries = student_edition.toc_notebooks()
-    assert len(written) == len(entries)
-    for entry, path in zip(entries, written):
-        original = json.loads((ROOT / f"{entry}.ipynb").read_text())
-        student = json.loads(path.read_text())
-        text = json.dumps(student)
-        assert "{solution}" not in text, path
-        n_solutions = json.dumps(original).count("{solution}")
-        assert text.count("removed in the student edition") == n_solutions, path
-        # Code cells are identical and in the same order: the student notebook
-        # executes exactly as the chapter that nbval runs.
-        code = [c["source"] for c in original["cells"] if c["cell_type"] == "code"]
-        assert [c["source"] for c in student["cells"] if c["cell_type"] == "code"] == (
-            code
+def test_every_check_cell_of_a_solution_is_tagged():
+    """A hidden code cell that checks a solution carries ``solution-check`` (besides
+    ``remove-cell``, which hides it on the site): that tag is what removes it from
+    the student edition."""
+    for entry in ENTRIES:
+        nb = json.loads((ROOT / f"{entry}.ipynb").read_text())
+        for cell in code_cells(nb):
+            if looks_like_a_solution_check(cell):
+                assert student_edition.CHECK_TAG in tags(cell), (
+                    f"{entry}: cell {cell.get('id')} checks a solution: tag it "
+                    f"{student_edition.CHECK_TAG!r}"
+                )
+            if student_edition.CHECK_TAG in tags(cell):
+                assert "remove-cell" in tags(cell), (
+                    f"{entry}: cell {cell.get('id')} checks a solution and is shown "
+                    "on the site: tag it 'remove-cell' too"
+                )
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_no_solution_survives_in_the_student_edition(edition, entry):
+    out, _ = edition
+    original = json.loads((ROOT / f"{entry}.ipynb").read_text())
+    path = out / pathlib.Path(entry).relative_to("book").with_suffix(".ipynb")
+    student = json.loads(path.read_text())
+    text = json.dumps(student, ensure_ascii=False)
+    assert "{solution}" not in text
+    n_solutions = json.dumps(original).count("{solution}")
+    assert text.count("removed in the student edition") == n_solutions
+    sources = "\n".join("".join(c["source"]) for c in student["cells"])
+    for line in solution_lines(original):
+        assert line not in sources, f"solution text survives: {line[:80]!r}"
+    for cell in code_cells(student):
+        assert student_edition.CHECK_TAG not in tags(cell)
+        assert not looks_like_a_solution_check(cell), (
+            "a hidden cell that checks a solution survives: "
+            + "".join(cell["source"])[:200]
         )
-        # The exercises themselves stay.
-        assert text.count("{exercise}") == json.dumps(original).count("{exercise}")
-    names = zipfile.ZipFile(out / student_edition.ZIP_NAME).namelist()
-    assert sorted(names) == sorted(p.relative_to(out).as_posix() for p in written)
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_everything_else_is_kept_and_each_exercise_gets_an_answer_cell(edition, entry):
+    out, _ = edition
+    original = json.loads((ROOT / f"{entry}.ipynb").read_text())
+    path = out / pathlib.Path(entry).relative_to("book").with_suffix(".ipynb")
+    student = json.loads(path.read_text())
+    nbformat.validate(nbformat.reads(json.dumps(student), as_version=4))
+    # The Colab install cell (tagged remove-cell as well) stays first.
+    first = student["cells"][0]
+    assert "".join(first["source"]) == canonical_source()
+    # Every other code cell is identical and in the same order, so the student
+    # notebook executes as the chapter does.
+    kept = [
+        c["source"]
+        for c in code_cells(original)
+        if student_edition.CHECK_TAG not in tags(c)
+    ]
+    answers = [c for c in code_cells(student) if student_edition.ANSWER_TAG in tags(c)]
+    assert [
+        c["source"]
+        for c in code_cells(student)
+        if student_edition.ANSWER_TAG not in tags(c)
+    ] == kept
+    # The exercises themselves stay, each followed by its answer cell.
+    n_exercises = json.dumps(original).count("{exercise}")
+    assert json.dumps(student).count("{exercise}") == n_exercises
+    assert len(answers) == n_exercises
+    cells = student["cells"]
+    for k, cell in enumerate(cells):
+        if student_edition.ANSWER_TAG in tags(cell):
+            assert "{exercise}" in "".join(cells[k - 1]["source"])
+
+
+def test_the_zip_holds_every_notebook_and_a_readme(edition):
+    out, written = edition
+    archive = zipfile.ZipFile(out / student_edition.ZIP_NAME)
+    names = archive.namelist()
+    assert sorted(names) == sorted(
+        ["README.md"] + [p.relative_to(out).as_posix() for p in written]
+    )
+    readme = archive.read("README.md").decode()
+    assert "Colab" in readme and "pip install" in readme
+
+
+def test_exercises_are_numbered_as_on_the_site(edition):
+    out, _ = edition
+    student = json.loads((out / "part2" / "t5.ipynb").read_text())
+    answers = [
+        "".join(c["source"])
+        for c in code_cells(student)
+        if student_edition.ANSWER_TAG in tags(c)
+    ]
+    assert answers[0].startswith("# Exercise 10.1:")
 
 
 def test_a_student_notebook_executes_top_to_bottom(edition):
+    """The smallest notebook that lost a solution-check cell: what remains still runs
+    (and so do its answer cells)."""
     out, written = edition
-    smallest = min(written, key=lambda p: p.stat().st_size)
+    lost = [
+        path
+        for entry, path in zip(ENTRIES, written)
+        if student_edition.CHECK_TAG in (ROOT / f"{entry}.ipynb").read_text()
+    ]
+    smallest = min(lost or written, key=lambda p: p.stat().st_size)
     result = subprocess.run(
         [
             sys.executable,

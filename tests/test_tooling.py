@@ -1,7 +1,6 @@
 """The pipeline's own guarantees: the site's execution cache is keyed on the library,
 and the code fits the page."""
 
-import importlib.util
 import pathlib
 import re
 import shutil
@@ -10,24 +9,16 @@ import sys
 
 import pytest
 
+from tools.build import site as build_site
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def load_build_site(root: pathlib.Path):
-    spec = importlib.util.spec_from_file_location(
-        "build_site", ROOT / "tools" / "build_site.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.ROOT = root
-    return module
-
-
-def test_cache_key_changes_when_the_library_or_the_pins_change(tmp_path):
+def test_cache_key_changes_when_the_library_or_the_pins_change(tmp_path, monkeypatch):
     for name in ("posenc_lib", "requirements.txt", "pyproject.toml", "_toc.yml"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
-    build_site = load_build_site(tmp_path)
+    monkeypatch.setattr(build_site, "ROOT", tmp_path)
     before = build_site.library_hash()
     assert build_site.library_hash() == before  # deterministic
     (tmp_path / "posenc_lib" / "encodings" / "nope.py").write_text(

@@ -1,15 +1,16 @@
 """Re-run a chapter with its seeds shifted; record what its assertions and numbers do.
 
-    python tools/seed_sweep.py book/part4/cope.ipynb --shifts 100-109
-    python tools/seed_sweep.py book/part3/alibi.ipynb --shifts 7 13 21
+    python -m tools.measure.seed_sweep book/part4/cope.ipynb --shifts 100-109
+    python -m tools.measure.seed_sweep book/part3/alibi.ipynb --shifts 7 13 21
 
 Every chapter takes its seeds from ``pl.chapter_seeds(...)``, which adds the environment
 variable ``POSENC_SEED_SHIFT`` to them. This tool executes the notebook once per shift
-(top to bottom, as nbval does), and writes one row per shift to
-``tools/sweeps/<notebook>.csv``: whether every cell passed, the first failing assertion,
-and every value the notebook glued (``pl.glue``), so the ranges the prose quotes can be
-read off the sweep. Rows for the same shift are replaced; others are kept. Run on demand
-(minutes per chapter), not in the test command. Print a summary with ``--summary``.
+(top to bottom, as the test command does), and writes one row per shift to
+``tools/results/sweeps/<notebook>.csv``: whether every cell passed, the first failing
+assertion, and every value the notebook glued (``pl.glue``), so the ranges the prose
+quotes can be read off the sweep. Rows for the same shift are replaced; others are kept.
+Run on demand (minutes per chapter), not in the test command. Print a summary with
+``--summary``.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ import re
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-OUT = ROOT / "tools" / "sweeps"
+from tools import RESULTS
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+OUT = RESULTS / "sweeps"
 GLUE_PREFIX = "application/papermill.record/"
 
 

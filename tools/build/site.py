@@ -1,8 +1,8 @@
 """Build the website strictly: any Sphinx warning or notebook cell error fails
 the build.
 
-    python tools/build_site.py          # incremental: re-executes what changed
-    python tools/build_site.py --fresh  # empty execution cache, every page rebuilt
+    python -m tools.build.site          # incremental: re-executes what changed
+    python -m tools.build.site --fresh  # empty execution cache, every page rebuilt
                                         # (the test command)
 
 jupyter-cache keys executed notebooks on their code cells only, so a change to
@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = ROOT / "_build"
 CACHE = BUILD / ".jupyter_cache"
 STAMP = BUILD / ".library-hash"
@@ -75,13 +75,16 @@ def main() -> int:
     # index are collected from the chapters, and
     # the student edition (served from the site, see html_extra_path) from the
     # notebooks.
-    tools = ROOT / "tools"
-    for page in ("errata_index.py", "course_index.py"):
-        subprocess.run([sys.executable, str(tools / page)], check=True)
+    for page in ("errata_index", "course_index"):
+        subprocess.run(
+            [sys.executable, "-m", f"tools.build.{page}"], cwd=ROOT, check=True
+        )
     student = BUILD / "extra" / "student"
     shutil.rmtree(student, ignore_errors=True)
     subprocess.run(
-        [sys.executable, str(tools / "student_edition.py"), str(student)], check=True
+        [sys.executable, "-m", "tools.build.student_edition", str(student)],
+        cwd=ROOT,
+        check=True,
     )
     start = time.time()
     result = subprocess.run(cmd, cwd=ROOT)

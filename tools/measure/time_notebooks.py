@@ -1,12 +1,13 @@
 """Time every chapter notebook, one after another, as a reader's machine would run it.
 
-    python tools/time_notebooks.py                 # all notebooks of _toc.yml
-    python tools/time_notebooks.py book/part3/rope.ipynb ...
+    python -m tools.measure.time_notebooks                 # all notebooks of _toc.yml
+    python -m tools.measure.time_notebooks book/part3/rope.ipynb ...
 
 Each notebook runs top to bottom in a fresh kernel (nbclient; kernel start included)
-and the wall-clock seconds are written to ``tools/timings/<device>.json`` (``cpu``, or
-``gpu`` when CUDA is present) with the machine they were measured on. The teaching
-guide's run-time table (tools/course_index.py) and the welcome page read that file;
+and the wall-clock seconds are written to ``tools/results/timings/<device>.json``
+(``cpu``, or ``gpu`` when CUDA is present) with the machine they were measured on. The
+teaching guide's run-time table (tools/build/course_index.py) and the welcome page read
+that file;
 nothing there is typed by hand. Not part of the test command: run it when chapters
 change (the whole course takes a few minutes on a 2-core CPU).
 """
@@ -25,7 +26,9 @@ import time
 import nbformat
 from nbclient import NotebookClient
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tools import RESULTS
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def toc_notebooks() -> list[str]:
@@ -47,7 +50,7 @@ def device() -> tuple[str, str]:
 def main() -> int:
     paths = sys.argv[1:] or toc_notebooks()
     kind, name = device()
-    out = ROOT / "tools" / "timings" / f"{kind}.json"
+    out = RESULTS / "timings" / f"{kind}.json"
     record = json.loads(out.read_text()) if out.exists() else {"seconds": {}}
     for path in paths:
         nb = nbformat.read(ROOT / path, as_version=4)
@@ -65,7 +68,7 @@ def main() -> int:
         device=name,
         measured=datetime.date.today().isoformat(),
         note="wall-clock seconds per notebook, kernel start included, run one after "
-        "another by tools/time_notebooks.py",
+        "another by tools/measure/time_notebooks.py",
     )
     order = [p.removesuffix(".ipynb") for p in toc_notebooks()]
     record["seconds"] = {

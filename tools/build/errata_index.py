@@ -1,8 +1,8 @@
 """The errata index: every erratum admonition of the book, collected from the
 notebooks of ``_toc.yml`` (never by hand).
 
-    python tools/errata_index.py           # (re)write book/appendix/errata.md
-    python tools/errata_index.py --check   # exit 1 when the page is out of date
+    python -m tools.build.errata_index           # (re)write book/appendix/errata.md
+    python -m tools.build.errata_index --check   # exit 1 when the page is out of date
 
 An erratum is an admonition whose title starts with "Erratum":
 
@@ -13,7 +13,7 @@ An erratum is an admonition whose title starts with "Erratum":
 
 The page lists each one with a link back to its chapter (and the section it sits in) and
 what it corrects: the works it cites, and the source deck when it speaks of "the deck"
-or "the slides". ``tools/build_site.py`` regenerates the page before every build and
+or "the slides". ``tools/build/site.py`` regenerates the page before every build and
 ``tests/test_errata_index.py`` fails when a chapter's erratum is missing from it.
 """
 
@@ -24,10 +24,9 @@ import pathlib
 import re
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-import generated_page  # noqa: E402
+from tools.build import generated_page
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGE = ROOT / "book" / "appendix" / "errata.md"
 ADMONITION = re.compile(
     r"^(?P<fence>`{3,}|:{3,})\{admonition\}\s*(?P<title>Erratum[^\n]*)\n"
@@ -92,11 +91,11 @@ def render(rows: list[dict[str, str]]) -> str:
         "# Errata index",
         "",
         "Every erratum in the book, in reading order, generated from the chapters by "
-        "`tools/errata_index.py` each time the site is built (a test fails when one is "
-        "missing). Each chapter's box quotes what a source says, corrects it and shows "
-        "the check in code. *Corrects the deck* marks the boxes that correct the "
-        "source deck {footcite:p}`curtis2025deck` (the box or the paragraph before it "
-        "quotes it); *evidence* lists the works the box cites for its check.",
+        "`tools/build/errata_index.py` each time the site is built (a test fails when "
+        "one is missing). Each chapter's box quotes what a source says, corrects it "
+        "and shows the check in code. *Corrects the deck* marks the boxes that correct "
+        "the source deck {footcite:p}`curtis2025deck` (the box or the paragraph before "
+        "it quotes it); *evidence* lists the works the box cites for its check.",
         "",
         f"The book has **{len(rows)} errata** in "
         f"**{len({r['entry'] for r in rows})} chapters**.",
@@ -122,7 +121,7 @@ def render(rows: list[dict[str, str]]) -> str:
 
 
 def main() -> int:
-    return generated_page.main(PAGE, lambda: render(collect()), "errata_index.py")
+    return generated_page.main(PAGE, lambda: render(collect()), "errata_index")
 
 
 if __name__ == "__main__":

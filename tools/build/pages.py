@@ -1,7 +1,7 @@
 """Build a few pages of the book, strictly, into their own folder: a fast preview
 for authors.
 
-    python tools/build_pages.py book/part0/self_attention.ipynb [more pages] [--out DIR]
+    python -m tools.build.pages book/part0/self_attention.ipynb [more pages] [--out DIR]
 
 Builds the whole table of contents, plus the given pages if they are not in it yet (a
 "Preview" part), but executes only the given pages: the others are rendered without
@@ -19,7 +19,7 @@ import re
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 """What attention costs with each encoding, on each of its paths: a benchmark.
 
-    python tools/bench_attention.py                          # n = 512 .. 4096, all
-    python tools/bench_attention.py --n 2048 --names nope rope alibi t5
+    python -m tools.measure.bench_attention         # n = 512 .. 4096, all
+    python -m tools.measure.bench_attention --n 2048 --names nope rope alibi t5
 
 Reference (1.00): plain ``F.scaled_dot_product_attention(q, k, v, is_causal=True)``,
 b = 1, h = 4, d = 32, measured in the same run. Then every registered encoding on each
@@ -44,7 +44,7 @@ import sys
 import time
 import warnings
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 MMAP_VAR = "MALLOC_MMAP_THRESHOLD_"
 B, H, D = 1, 4, 32
 
@@ -53,7 +53,9 @@ def _reexec_with_mmap_threshold() -> None:
     """Freed large buffers go back to the OS only below glibc's mmap threshold."""
     if os.environ.get(MMAP_VAR) is None and sys.platform.startswith("linux"):
         env = dict(os.environ, **{MMAP_VAR: "65536"})
-        os.execve(sys.executable, [sys.executable, *sys.argv], env)
+        # run as ``python -m tools.measure.bench_attention``: re-run the module
+        main = ["-m", __spec__.name] if __spec__ else [sys.argv[0]]
+        os.execve(sys.executable, [sys.executable, *main, *sys.argv[1:]], env)
 
 
 def _status_kib(field: str) -> int:
@@ -108,7 +110,6 @@ def main(argv=None) -> int:
     import torch
     import torch.nn.functional as F
 
-    sys.path.insert(0, str(ROOT))
     import posenc_lib as pl
 
     torch.set_num_threads(1)

@@ -1,11 +1,10 @@
 """The Colab install cell every notebook starts with, derived from the ONE
 repository URL.
 
-    python tools/colab_cell.py          # print the canonical cell
-    python tools/colab_cell.py --fix    # rewrite the first cell of every notebook
-                                        # in _toc.yml
-    python tools/colab_cell.py --list   # the notebooks of _toc.yml, in order
-                                        # (used by tools/test.sh)
+    python -m tools.authoring.colab_cell         # print the canonical cell
+    python -m tools.authoring.colab_cell --fix   # rewrite the first cell of every
+                                                 # notebook in _toc.yml
+    python -m tools.authoring.colab_cell --list  # the notebooks of _toc.yml, in order
 
 The URL and branch live in ``_config.yml`` (``repository.url``, ``repository.branch``),
 which also drives the website's launch buttons; ``tests/test_notebooks.py`` checks
@@ -19,7 +18,7 @@ import pathlib
 import re
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 TAG = "remove-cell"
 
 

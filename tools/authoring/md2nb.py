@@ -1,13 +1,13 @@
 """Authoring aid: a chapter drafted as MyST markdown -> a clean notebook with the
 Colab cell.
 
-    python tools/md2nb.py draft.md book/partN/chapter.ipynb
+    python -m tools.authoring.md2nb draft.md book/partN/chapter.ipynb
 
 The draft starts with a code cell holding only ``COLAB`` (replaced by the canonical
 Colab install cell, tagged ``remove-cell``). The notebook is written without outputs,
 with stable cell ids. The committed ``.ipynb`` is the source of truth; the draft is a
 convenience (``jupytext --to md:myst chapter.ipynb`` turns a notebook back into one).
-See ``tools/chapter_template.md`` for the skeleton every chapter follows.
+See ``tools/authoring/chapter_template.md`` for the skeleton every chapter follows.
 """
 
 import json
@@ -17,8 +17,7 @@ import sys
 import jupytext
 import nbformat
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from colab_cell import canonical_source  # noqa: E402
+from tools.authoring.colab_cell import canonical_source
 
 src, dst = map(pathlib.Path, sys.argv[1:3])
 nb = jupytext.read(src, fmt="md:myst")

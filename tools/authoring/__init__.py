@@ -1,0 +1,1 @@
+"""Authoring aids: the chapter template, draft -> notebook, the Colab cell."""

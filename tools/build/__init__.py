@@ -1,0 +1,1 @@
+"""The site build, its generated pages, the student edition, the test command."""

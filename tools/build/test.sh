@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The whole test command (run via `make test`; CI runs it through .ci/run). Every
+# notebook is executed ONCE, by the strict site build:
+#   1. unit tests of posenc_lib and notebook hygiene         } side by side on the
+#   2. the strict website build from an empty cache: every   } machine's two cores
+#      notebook of _toc.yml executed, any cell error fails   }
+#      it (pytest -m build reports it notebook by notebook)  }
+#   3. the built site in headless Chromium                   (pytest -m browser)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY=${PY:-.venv/bin/python}
+mkdir -p _build/logs
+start=$(date +%s)
+
+echo "== 1/3 unit and hygiene tests (the site build runs beside them, see 2/3)"
+"$PY" -m pytest tests/test_notebooks.py -m build -q -rs \
+  > _build/logs/notebooks.log 2>&1 &
+build_pid=$!
+unit_status=0
+"$PY" -m pytest tests -m "not browser and not build" -q || unit_status=$?
+build_status=0
+wait "$build_pid" || build_status=$?
+
+echo "== 2/3 every notebook executed once, by the strict site build from an empty cache"
+echo "-- time to execute each notebook in the site build:"
+sed -nE 's#^.*/(book/[^:]*\.ipynb): Executed notebook in ([0-9.]+) seconds.*#  \2 s  \1#p' \
+  _build/logs/build.log || true
+cat _build/logs/notebooks.log
+[ "$unit_status" -eq 0 ] || { echo "!! unit and hygiene tests failed"; exit "$unit_status"; }
+if [ "$build_status" -ne 0 ]; then
+  echo "!! the site build failed (full log: _build/logs/build.log)"
+  exit "$build_status"
+fi
+
+echo "== 3/3 the built site in headless Chromium"
+"$PY" -m pytest tests/test_site.py -m browser -q -rs
+
+echo "== all tests passed in $(( $(date +%s) - start )) s"

@@ -1,0 +1,1 @@
+"""On-demand measurements; results go to tools/results/ (or posenc_lib/data/)."""
