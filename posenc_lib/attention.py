@@ -198,6 +198,11 @@ class MultiHeadAttention(nn.Module):
             nn.Linear(d_model, d_model, bias=bias) for _ in range(4)
         )
 
+    def _split(self, t: torch.Tensor) -> torch.Tensor:
+        """``(b, n, D) -> (b, h, n, d)``: the heads' slices of the model dimension."""
+        b, n, _ = t.shape
+        return t.view(b, n, self.n_heads, self.d_head).transpose(1, 2)
+
     def forward(
         self,
         x: torch.Tensor,
@@ -222,8 +227,7 @@ class MultiHeadAttention(nn.Module):
                 f"{tuple(getattr(x, 'shape', ()))}"
             )
         b, n, _ = x.shape
-        split = lambda t: t.view(b, n, self.n_heads, self.d_head).transpose(1, 2)  # noqa: E731
-        q, k, v = split(self.w_q(x)), split(self.w_k(x)), split(self.w_v(x))
+        q, k, v = (self._split(w(x)) for w in (self.w_q, self.w_k, self.w_v))
         if positions is None:  # called on its own: the boundary
             check_qkv(q, k, v, scale_of(self.pe, q))
             positions = prepare(

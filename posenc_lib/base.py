@@ -34,7 +34,14 @@ from typing import Callable, ClassVar, Mapping
 import torch
 from torch import nn
 
-__all__ = ["PositionalEncoding", "Context", "FOUR_TERMS", "HOOKS", "ScoreMod"]
+__all__ = [
+    "PositionalEncoding",
+    "Context",
+    "FOUR_TERMS",
+    "HOOKS",
+    "ScoreMod",
+    "overrides",
+]
 
 # FlexAttention's score_mod: (score, b, h, q_idx, kv_idx) -> score. The arguments are
 # tensors that broadcast (0-d inside the kernel; a grid when evaluated eagerly), so a
@@ -141,7 +148,7 @@ class PositionalEncoding(nn.Module):
             name
             for name in (*HOOKS, "score_mod")
             if "ctx" in inspect.signature(getattr(cls, name)).parameters
-            and getattr(cls, name) is not getattr(PositionalEncoding, name)
+            and overrides(cls, name)
         )
         unknown = set(cls.reuse) - set(HOOKS)
         if unknown:
@@ -219,10 +226,7 @@ class PositionalEncoding(nn.Module):
     def needs_score_path(self) -> bool:
         """True when a hook after ``score_bias`` is overridden, so the fused kernel
         cannot be used."""
-        return any(
-            getattr(type(self), hook) is not getattr(PositionalEncoding, hook)
-            for hook in HOOKS[3:]
-        )
+        return any(overrides(self, hook) for hook in HOOKS[3:])
 
     def example_positions(
         self, b: int, n: int, generator: torch.Generator | None = None
@@ -243,3 +247,9 @@ class PositionalEncoding(nn.Module):
 
     def extra_repr(self) -> str:
         return ""
+
+
+def overrides(pe: PositionalEncoding | type, hook: str) -> bool:
+    """Whether an encoding (or its class) overrides ``hook`` (or ``score_mod``)."""
+    cls = pe if isinstance(pe, type) else type(pe)
+    return getattr(cls, hook) is not getattr(PositionalEncoding, hook)

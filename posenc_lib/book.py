@@ -1,9 +1,10 @@
 """Helpers for the chapters themselves: seeds a sweep can shift, glue, library source.
 
 * ``chapter_seeds(0, 1)``: the seeds a chapter was written with, shifted by the
-  environment variable ``POSENC_SEED_SHIFT`` (default 0). ``tools/measure/seed_sweep.py``
-  re-runs a notebook with other shifts, so every assertion is tried on seeds it was not
-  written with: a toy claim is a statement about a distribution of seeds, not one run.
+  environment variable ``POSENC_SEED_SHIFT`` (default 0).
+  ``tools/measure/seed_sweep.py`` re-runs a notebook with other shifts, so every
+  assertion is tried on seeds it was not written with: a toy claim is a statement
+  about a distribution of seeds, not one run.
 * ``glue(name, value)``: myst-nb's ``glue`` (the prose quotes the number the run made)
   without needing myst-nb installed, so the same cell runs in Colab.
 * ``show_source(obj)``: the library's own code, printed from a cell, so that the site

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .base import HOOKS, PositionalEncoding
+from .base import HOOKS, PositionalEncoding, overrides
 from .data import MarkovSource, stdlib_corpus
 from .model import TinyTransformer
 from .plotting import color_for
@@ -391,8 +391,7 @@ def encoding_groups(names) -> dict[str, list[str]]:
     }
     for name in names:
         pe = REGISTRY[name](d_model=32, n_heads=4, max_len=16)
-        base = PositionalEncoding
-        own = {h for h in HOOKS if getattr(type(pe), h) is not getattr(base, h)}
+        own = {h for h in HOOKS if overrides(pe, h)}
         if "encode_input" in own:
             groups["added to the input"].append(name)
         elif pe._ctx_hooks or not own:  # reads the data, or nothing at all

@@ -9,8 +9,9 @@ internally and frees before returning is not visible to it. Tensors that existed
 before the call (weights, inputs) are not counted.
 
 ``attention_benchmark(device)`` returns the committed results of
-``tools/measure/bench_attention.py`` (every registered encoding on each of its attention paths,
-as ratios to plain SDPA measured in the same run), which the cost chapter plots.
+``tools/measure/bench_attention.py`` (every registered encoding on each of its
+attention paths, as ratios to plain SDPA measured in the same run), which the cost
+chapter plots.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ __all__ = [
     "BENCH_DIR",
 ]
 
-BENCH_DIR = pathlib.Path(__file__).parent / "data"  # tools/measure/bench_attention.py writes
+# written by tools/measure/bench_attention.py
+BENCH_DIR = pathlib.Path(__file__).parent / "data"
 
 
 class _Watch(TorchDispatchMode):
@@ -144,8 +146,8 @@ def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> fl
 
 
 def attention_benchmark(device: str = "cpu") -> tuple[dict, list[dict]]:
-    """``(meta, rows)`` of the committed ``tools/measure/bench_attention.py`` run on ``device``
-    (``"cpu"``, or ``"cuda"`` where one was measured).
+    """``(meta, rows)`` of the committed ``tools/measure/bench_attention.py`` run on
+    ``device`` (``"cpu"``, or ``"cuda"`` where one was measured).
 
     ``meta``: the machine, threads, torch version, shape and reference. ``rows``: one
     dict per length ``n``, encoding, path and positions, with ``fwd_x`` / ``fb_x``
@@ -158,8 +160,8 @@ def attention_benchmark(device: str = "cpu") -> tuple[dict, list[dict]]:
         measured = sorted(p.stem.split("_", 1)[1] for p in BENCH_DIR.glob("*.json"))
         raise ValueError(
             f"device must be one of {measured} (the benchmarks committed with the "
-            f"library), got {device!r}; run tools/measure/bench_attention.py to measure this "
-            "machine"
+            f"library), got {device!r}; run tools/measure/bench_attention.py to "
+            "measure this machine"
         )
     data = json.loads(path.read_text())
     return data["meta"], data["rows"]

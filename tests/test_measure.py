@@ -50,7 +50,8 @@ def test_best_time_is_positive_and_arguments_are_checked():
 
 
 def test_the_committed_benchmark_covers_every_encoding_and_path():
-    """``tools/measure/bench_attention.py``'s CPU run, shipped with the library: re-run it when
+    """``tools/measure/bench_attention.py``'s CPU run, shipped with the library: re-run
+    it when
     an encoding is added (this test names the missing ones)."""
     meta, rows = pl.attention_benchmark("cpu")
     assert meta["threads"] == 1 and meta["reference"].startswith("F.scaled_dot")

@@ -14,31 +14,23 @@ import functools
 
 import torch
 
-from ..base import Context, PositionalEncoding
+from ..base import Context, PositionalEncoding, overrides
 from ..positions import Positions
 
 
 def refuses(pe: PositionalEncoding, return_weights: bool) -> str | None:
     """Why this backend cannot run ``pe``, or None."""
-    name, base = type(pe).__name__, PositionalEncoding
+    name = type(pe).__name__
     if return_weights:
         return "path='flex' cannot be used with return_weights"
-    late = [
-        h
-        for h in ("attention_weights", "value_bias")
-        if getattr(type(pe), h) is not getattr(base, h)
-    ]
+    late = [h for h in ("attention_weights", "value_bias") if overrides(pe, h)]
     if late:
         return (
             f"path='flex' cannot be used with {name}, which overrides {late}: "
             "FlexAttention computes softmax(score_mod(scores)) . v only"
         )
-    plain = [
-        h
-        for h in ("score_bias", "transform_scores")
-        if getattr(type(pe), h) is not getattr(base, h)
-    ]
-    if plain and type(pe).score_mod is base.score_mod:
+    plain = [h for h in ("score_bias", "transform_scores") if overrides(pe, h)]
+    if plain and not overrides(pe, "score_mod"):
         return (
             f"path='flex' cannot be used with {name}, which overrides {plain} but "
             "defines no score_mod (see PositionalEncoding.score_mod)"
@@ -62,7 +54,7 @@ def attend(q, k, v, pe: PositionalEncoding, pos: Positions, ctx: Context, scale)
     b, h, i, _ = q.shape
     j = k.shape[2]
     mod = None
-    if type(pe).score_mod is not PositionalEncoding.score_mod:
+    if overrides(pe, "score_mod"):
         if "score_mod" not in pe._ctx_hooks:  # it cannot see q: the hooks check
             qc, kc, qp, kp = q[:, :, :1], k[:, :, :1], pos.q[:, :1], pos.k[:, :1]
             pe.score_bias(qc, kc, qp, kp)  # head counts, tables: on one corner
