@@ -104,6 +104,17 @@ def test_stick_breaking_query_after_every_key_breaks_over_all_of_them():
     assert_close(out, a @ v)
 
 
+def test_stick_breaking_refuses_keys_out_of_position_order_with_fewer_queries():
+    """The stick is broken nearest first in token order: keys whose positions do not
+    increase would be broken in the wrong order, so the call is refused (with as many
+    queries as keys the mask check already refuses it)."""
+    q = randn(1, 2, 5, 4, seed=16)
+    keys = torch.tensor([1, 0, 2, 3, 4])
+    with pytest.raises(ValueError, match="key positions that increase"):
+        pl.attention(q[:, :, 1:3], q, q, pl.StickBreaking(), torch.tensor([1, 2]),
+                     keys, causal=True)  # fmt: skip
+
+
 # ---- CoPE and FoX: positions that do not increase along the sequence ----
 
 
