@@ -158,13 +158,14 @@ def test_cope_counts_in_position_order_for_any_permutation():
     assert_close(out[:, :, order], ref)
 
 
-@pytest.mark.parametrize("path", ["slow", "fast"])
+@pytest.mark.parametrize("path", ["slow", "fast", "flex"])
+@torch.no_grad()  # FlexAttention runs forward only on CPU
 def test_fox_gates_in_position_order(path):
-    pe = pl.ForgettingAttention(8, 2).double()
-    with torch.no_grad():
-        pe.gate.weight.copy_(randn(2, 8, seed=24))
-    q, k, v = (randn(1, 2, 4, 4, seed=s) for s in (25, 26, 27))
-    x = randn(1, 4, 8, seed=28)
+    dtype = torch.float32 if path == "flex" else torch.float64  # flex: CPU kernel
+    pe = pl.ForgettingAttention(8, 2).to(dtype)
+    pe.gate.weight.copy_(randn(2, 8, seed=24))
+    q, k, v = (randn(1, 2, 4, 4, seed=s, dtype=dtype) for s in (25, 26, 27))
+    x = randn(1, 4, 8, seed=28, dtype=dtype)
     back = torch.arange(4).flip(0)
     rev = pl.attention(q, k, v, pe, back, back, causal=True, x=x, path=path)
     ordered = pl.attention(q.flip(2), k.flip(2), v.flip(2), pe, causal=True,
