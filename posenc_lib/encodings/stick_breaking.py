@@ -239,9 +239,12 @@ class StickBreaking(PositionalEncoding):
         rest = 1 - weights.sum(-1, keepdim=True)  # (b, h, i, 1)
         if q_pos is None or k_pos is None:
             return rest * v[..., j - i :, :]  # (b, h, i, e)
-        # v_i = sum_j [n_j = m_i] v_j: the key at the query's position
-        own = (k_pos[:, None, :] == q_pos[:, :, None]).to(v.dtype)  # (b, i, j)
-        return rest * torch.einsum("bij,bhje->bhie", own, v)  # (b, h, i, e)
+        # v_i = v_j for the key j at the query's position (0 if there is none)
+        at = k_pos[:, None, :] == q_pos[:, :, None]  # (b, i, j)
+        first = at.byte().argmax(-1)  # (b, i): the first such key
+        b, h, _, e = v.shape
+        own = v.gather(-2, first[:, None, :, None].expand(b, h, i, e))  # (b, h, i, e)
+        return rest * (own * at.any(-1)[:, None, :, None])  # (b, h, i, e)
 
     def extra_repr(self) -> str:
         return f"attend_current={self.attend_current}, leftover={self.leftover!r}"
