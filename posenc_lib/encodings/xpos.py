@@ -18,7 +18,11 @@ overflow float32 from n ~ 36,000 (float16 from n ~ 4,500) and the score would be
 inf * 0 = NaN, although zeta^((m-n)/B) itself is fine. Each call measures m and n from
 c = (min + max) / 2 of its own positions (per row, a tensor: no host sync), so the
 scales stay within zeta_0^(-+w/2B) for a window of w positions at any absolute position
-(float32: windows up to ~72,000 positions; float16: ~9,000).
+(float32: windows up to ~72,000 positions; float16: ~8,000). The window itself still
+has a limit: a future key's factor zeta^((m-n)/B) exceeds float32 for n - m > ~36,000,
+so a fused kernel that forms the masked future scores before masking them returns NaN
+past that window (the explicit path masks first). The authors keep windows short with
+blockwise causal attention at inference.
 """
 
 from __future__ import annotations
