@@ -59,8 +59,9 @@ def cope_positions(logits: torch.Tensor, n_positions: int) -> torch.Tensor:
 
     ``p_ij = min(sum_{t >= j} sigmoid(logits_it), n_positions - 1)``: with ``-inf``
     where query i may not attend (its gates are 0), that is ``sum_{t=j..i} g_it`` for
-    causal attention. The sum runs along the key (token) axis; the integer positions of
-    the tokens play no part. ``logits`` must not hold NaN (``ValueError``).
+    causal attention. The sum runs along the key axis as given, which must be position
+    order (``CoPE.transform_scores`` sorts the keys by position before calling it).
+    ``logits`` must not hold NaN (``ValueError``).
     """
     _check_float(logits, "logits")
     n_positions = check_positive_int(n_positions, "n_positions")
@@ -139,9 +140,14 @@ class CoPE(PositionalEncoding):
     returns ``scores + cope_bias(q, masked, pos_emb)``; the attention function then
     masks and normalises as usual. Every explicit-score path, not the fused one.
 
-    **No integer positions.** ``q_pos`` and ``k_pos`` are not read: contextual
-    positions are sums of gates along the key (token) axis. Positions reach CoPE only
-    through the causal mask the attention function builds from them. CoPE is defined
+    **No integer positions, only their order.** Contextual positions are sums of gates
+    over the keys between j and i *in position order* (the tokens whose position lies
+    between key j's and query i's), so ``k_pos`` is read only to sort the keys, and
+    shifting the positions changes nothing. With positions that increase along the
+    sequence that is the key (token) axis, on which ``cope_positions`` sums; otherwise
+    ``transform_scores`` sorts the keys by position first (stable: equal positions keep
+    token order), so the count agrees with the causal mask built from the same
+    positions, and the tokens give what they give in position order. CoPE is defined
     for causal attention (``p_ij`` sums from key j up to query i; x-transformers asserts
     ``causal`` too), so ``causal_only`` refuses ``causal=False``. A KV cache (fewer
     queries than keys) is fine: every key is in ``k``.
@@ -184,7 +190,15 @@ class CoPE(PositionalEncoding):
             )
         mask = ctx.mask  # (b|1, 1|h, i, j) bool, True = may attend; None: all
         logits = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
-        return scores + cope_bias(q, logits, self.pos_emb)  # (b, h, i, j)
+        # count in position order: p_ij sums the gates of the keys t with n_t >= n_j
+        # (the mask removes n_t > m_i), so sort the keys by position, count, and put
+        # the terms back (an identity permutation when positions increase)
+        order = k_pos.argsort(dim=-1, stable=True)  # (b|1, j): token by rank
+        rank = order.argsort(-1)  # (b|1, j): rank of each token
+        b, h, i, j = logits.shape
+        by_pos = logits.gather(-1, order[:, None, None, :].expand(b, h, i, j))
+        bias = cope_bias(q, by_pos, self.pos_emb)  # (b, h, i, j), keys by position
+        return scores + bias.gather(-1, rank[:, None, None, :].expand(b, h, i, j))
 
     def extra_repr(self) -> str:
         return f"d_head={self.d_head}, n_positions={self.n_positions}"

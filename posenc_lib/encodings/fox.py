@@ -35,8 +35,34 @@ from ..utils import check_positive_int
 __all__ = ["ForgettingAttention", "forgetting_bias"]
 
 
-def forgetting_bias(log_f: torch.Tensor) -> torch.Tensor:
+def _position_order(pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Integer positions ``(b|1, n)`` -> ``(order, rank)`` ``(b|1, n)``: the tokens
+    sorted by position (stable: equal positions keep token order), and each token's
+    place in that order. Both are ``0 .. n-1`` when positions increase."""
+    order = pos.argsort(dim=-1, stable=True)  # token by rank
+    return order, order.argsort(dim=-1)  # rank by token
+
+
+def _cumulative_log_gates(
+    log_f: torch.Tensor, order: torch.Tensor, rank: torch.Tensor
+) -> torch.Tensor:
+    """``c_t = sum of log f_l over the tokens l up to t in position order`` ``(b, h,
+    n)``, in float64."""
+    b, h, n = log_f.shape
+    by_pos = log_f.double().gather(-1, order[:, None, :].expand(b, h, n))
+    return by_pos.cumsum(-1).gather(-1, rank[:, None, :].expand(b, h, n))
+
+
+def forgetting_bias(
+    log_f: torch.Tensor, pos: torch.Tensor | None = None
+) -> torch.Tensor:
     """Log forget gates ``(b, h, n)`` -> the FoX bias ``D`` ``(b, h, n, n)``.
+
+    ``pos`` ``(b|1, n)``, the tokens' integer positions, or None for token order: the
+    gates are multiplied in position order, so that "the tokens after j, up to i" and
+    "the future" are those of the positions (what the causal mask built from them
+    says), whatever the order of the tokens in the sequence. Below, "token l" counts
+    in position order (stable: equal positions keep token order).
 
     On and below the diagonal (key j <= query i), ``D_ij = sum_{l=j+1..i} log f_l``,
     computed as the difference ``c_i - c_j`` of cumulative sums ``c_t = sum_{l<=t}
@@ -77,18 +103,23 @@ def forgetting_bias(log_f: torch.Tensor) -> torch.Tensor:
             "log_f must be <= 0 (forget gates lie in (0, 1]), got a maximum of "
             f"{log_f.max().item():.4g}"
         )
-    return _bias(log_f)
+    return _bias(log_f, pos)
 
 
-def _bias(log_f: torch.Tensor) -> torch.Tensor:
+def _bias(log_f: torch.Tensor, pos: torch.Tensor | None = None) -> torch.Tensor:
     """``forgetting_bias`` without its checks (the layer's gates pass them by
     construction: a log-sigmoid is finite and <= 0)."""
     n = log_f.shape[-1]
-    # c_t = sum_{l<=t} log f_l, in float64 so that c_i - c_j keeps D_ij's digits
-    c = log_f.double().cumsum(-1)  # (b, h, n)
+    if pos is None:
+        # c_t = sum_{l<=t} log f_l, in float64 so that c_i - c_j keeps D_ij's digits
+        c = log_f.double().cumsum(-1)  # (b, h, n)
+        causal = torch.ones(n, n, dtype=torch.bool, device=log_f.device).tril()
+    else:
+        order, rank = _position_order(torch.as_tensor(pos, device=log_f.device))
+        c = _cumulative_log_gates(log_f, order, rank)  # (b, h, n), float64
+        causal = (rank[:, None, :] <= rank[:, :, None])[:, None]  # (b|1, 1, i, j)
     # D_ij = c_i - c_j = sum_{l=j+1..i} log f_l
     d = (c[..., :, None] - c[..., None, :]).to(log_f.dtype)  # (b, h, i, j)
-    causal = torch.ones(n, n, dtype=torch.bool, device=log_f.device).tril()  # (i, j)
     return d.masked_fill(~causal, float("-inf"))  # (b, h, i, j)
 
 
@@ -104,10 +135,12 @@ class ForgettingAttention(PositionalEncoding):
     every other linear layer of ``TinyTransformer`` (the authors draw all weights from
     N(0, 0.02)).
 
-    **Token order, not positions.** The gates are summed along the token axis: the
-    integer positions are ignored (shifting them changes nothing), and the causal mask
-    that the attention function builds from them agrees with the bias whenever
-    positions increase along the sequence, the usual case. FoX is defined for causal
+    **The order of the positions.** The gates are multiplied in position order (the
+    key positions ``k_pos`` of this self-attention call, which are also the queries'),
+    so the bias agrees with the causal mask that the attention function builds from
+    the same positions, whatever the order of the tokens; shifting the positions
+    changes nothing. When positions increase along the sequence, the usual case, that
+    is the token axis. FoX is defined for causal
     self-attention only: ``causal_only`` refuses ``causal=False``, and a call whose
     queries are fewer than its keys (a KV cache) is refused, since ``x`` then holds only
     the queries' rows and the cached keys' gates are unknown.
@@ -171,12 +204,14 @@ class ForgettingAttention(PositionalEncoding):
         k_pos: torch.Tensor,
         ctx: Context,
     ) -> torch.Tensor:
-        return _bias(self._gates_of_call(q, k, ctx))  # (b, h, i, j)
+        log_f = self._gates_of_call(q, k, ctx)  # (b, h, n)
+        return _bias(log_f, k_pos)  # (b, h, i, j), gated in position order
 
     def score_mod(
         self, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: Context
     ) -> ScoreMod:
-        """FlexAttention form: ``score + c_i - c_j`` for key j <= query i, else -inf.
+        """FlexAttention form: ``score + c_i - c_j`` for key j <= query i (in position
+        order, as ``forgetting_bias``), else -inf.
 
         The kernel subtracts in the score's dtype, so the float64 cumulative sums are
         handed over as two parts, ``c = hi + lo`` (``hi`` rounded to that dtype, ``lo``
@@ -188,7 +223,11 @@ class ForgettingAttention(PositionalEncoding):
         k = ctx.need("k", "ForgettingAttention")  # (b, h, j, d)
         log_f = self._gates_of_call(q, k, ctx)  # (b, h, n)
         work = torch.promote_types(q.dtype, torch.float32)  # the kernel's score dtype
-        c = log_f.double().cumsum(-1)  # (b, h, n)
+        b, _, n = log_f.shape
+        if k_pos is None:  # token order
+            k_pos = torch.arange(n, device=log_f.device)
+        order, rank = _position_order(torch.as_tensor(k_pos).expand(b, n))  # (b, n)
+        c = _cumulative_log_gates(log_f, order, rank)  # (b, h, n), position order
         hi = c.to(work)  # (b, h, n)
         lo = (c - hi.double()).to(work)  # (b, h, n), |lo| <= half an ulp of hi
 
@@ -196,7 +235,8 @@ class ForgettingAttention(PositionalEncoding):
             # D_ij = c_i - c_j = (hi_i - hi_j) + (lo_i - lo_j)
             d_hi = hi[b, h, q_idx] - hi[b, h, kv_idx]
             d_lo = lo[b, h, q_idx] - lo[b, h, kv_idx]
-            return torch.where(kv_idx <= q_idx, score + (d_hi + d_lo), float("-inf"))
+            before = rank[b, kv_idx] <= rank[b, q_idx]  # key j <= query i by position
+            return torch.where(before, score + (d_hi + d_lo), float("-inf"))
 
         return mod
 

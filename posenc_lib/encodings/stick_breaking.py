@@ -1,9 +1,9 @@
 """Stick-breaking attention (Tan et al., 2025): a stick-breaking process, not softmax.
 
-No position enters the embeddings, queries or keys, and the integer positions are never
-read: token order alone decides. Query i turns every earlier key's logit into a break
-point ``beta_ij = sigmoid(z_ij)`` and walks back from the most recent key, each key
-taking the fraction ``beta`` of the stick that the keys after it left over::
+No position enters the embeddings, queries or keys. Query i turns every earlier key's
+logit into a break point ``beta_ij = sigmoid(z_ij)`` and walks back from the most recent
+key, each key taking the fraction ``beta`` of the stick that the keys after it left
+over::
 
     z_ij  = q_i . k_j / sqrt(d)                       the usual scaled score
     A_ij  = beta_ij * prod_{j < l < i} (1 - beta_il)   for j < i, 0 otherwise
@@ -144,13 +144,21 @@ class StickBreaking(PositionalEncoding):
       layer). ``"value"`` equals one more key with break point 1 and value ``v_i``,
       placed *before* the first token: it takes whatever the real keys left.
 
-    **Token order, not positions.** The integer positions are not read: shifting them
-    changes nothing. The causal mask that the attention function builds from them (and
-    any mask the caller adds) is honoured as "which keys exist"; a hidden key leaves the
-    stick unchanged. A mask that would let a query see a later token is refused with a
-    ``ValueError``, since the stick is broken in token order. ``causal_only``: a
-    bidirectional call is refused. With a KV cache (fewer queries than keys) the
-    queries are the last tokens and the leftover goes to their own values.
+    **Positions say which keys come before the query; token order, in which order.**
+    Only comparisons of positions are read, so shifting them changes nothing. The
+    causal mask that the attention function builds from them (and any mask the caller
+    adds) is honoured as "which keys exist"; a hidden key leaves the stick unchanged.
+    The query's own token is the key at the query's position: without
+    ``attend_current`` it is no break point (``transform_scores`` gives it z = -inf,
+    beta = 0, which takes nothing and leaves the stick as it is), and the leftover goes
+    to its value. So a call with only some of the queries (a KV cache, or any subset,
+    ``q_pos`` naming them) gives those rows of the full call. A query whose position no
+    key holds breaks the stick over every key before it and, having no own value,
+    drops the leftover. The stick is broken nearest first in token order, so the keys'
+    positions must increase along the sequence: a mask that would let a query see a
+    later token is refused with a ``ValueError``, and so are keys whose positions do
+    not increase when the queries are fewer than the keys (one host sync, only then).
+    ``causal_only``: a bidirectional call is refused.
     """
 
     causal_only = True
@@ -178,12 +186,35 @@ class StickBreaking(PositionalEncoding):
         self.attend_current = attend_current
         self.leftover = leftover
 
+    def transform_scores(
+        self, scores: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+    ) -> torch.Tensor:
+        """The break-point logits ``(b, h, i, j)``: ``-inf`` (beta = 0, no break
+        point) for a key at or after the query's position, or only after it with
+        ``attend_current``."""
+        i, j = scores.shape[-2:]
+        if i < j and k_pos.dim() == 2 and bool((k_pos[:, 1:] <= k_pos[:, :-1]).any()):
+            raise ValueError(
+                "StickBreaking breaks the stick backwards from the query in token "
+                "order, so it needs key positions that increase along the sequence "
+                "(a causal mask in token order); got k_pos that do not"
+            )
+        q_pos, k_pos = q_pos[:, None, :, None], k_pos[:, None, None, :]  # (b,1,i,j)
+        after = k_pos > q_pos if self.attend_current else k_pos >= q_pos
+        return scores.masked_fill(after, float("-inf"))  # (b, h, i, j)
+
     def attention_weights(
         self, scores: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
-        """``(b, h, i, j)`` scaled scores (the break-point logits) and the call's bool
-        mask -> stick-breaking weights ``(b, h, i, j)``, rows summing to <= 1."""
-        return stick_breaking_weights(scores, self.attend_current, mask)
+        """``(b, h, i, j)`` break-point logits (``transform_scores``: the query's own
+        key already has z = -inf unless ``attend_current``) and the call's bool mask ->
+        stick-breaking weights ``(b, h, i, j)``, rows summing to <= 1.
+
+        Which keys come before the query is the positions' (the mask's and
+        ``transform_scores``'s) business, so the token-order cut here keeps every key
+        up to the query's token (``attend_current=True``); it still refuses a mask that
+        reveals a later token."""
+        return stick_breaking_weights(scores, True, mask)
 
     def value_bias(
         self,
@@ -193,7 +224,8 @@ class StickBreaking(PositionalEncoding):
         ctx: Context,
     ) -> torch.Tensor | None:
         """``(1 - sum_j A_ij) v_i`` ``(b, h, i, e)`` with ``leftover="value"``, else
-        None; ``v_i`` is the query's own value, the last ``i`` rows of ``ctx.v``."""
+        None; ``v_i`` is the query's own value: that of the key at the query's position
+        (0 if there is none), or the last ``i`` rows of ``ctx.v`` without positions."""
         if self.leftover is None:
             return None
         v = ctx.need("v", "StickBreaking(leftover='value')")  # (b, h, j, e)
@@ -205,7 +237,14 @@ class StickBreaking(PositionalEncoding):
             )
         # the leftover stick, 1 - sum_j A_ij, goes to the query's own value v_i
         rest = 1 - weights.sum(-1, keepdim=True)  # (b, h, i, 1)
-        return rest * v[..., j - i :, :]  # (b, h, i, e)
+        if q_pos is None or k_pos is None:
+            return rest * v[..., j - i :, :]  # (b, h, i, e)
+        # v_i = v_j for the key j at the query's position (0 if there is none)
+        at = k_pos[:, None, :] == q_pos[:, :, None]  # (b, i, j)
+        first = at.byte().argmax(-1)  # (b, i): the first such key
+        b, h, _, e = v.shape
+        own = v.gather(-2, first[:, None, :, None].expand(b, h, i, e))  # (b, h, i, e)
+        return rest * (own * at.any(-1)[:, None, :, None])  # (b, h, i, e)
 
     def extra_repr(self) -> str:
         return f"attend_current={self.attend_current}, leftover={self.leftover!r}"

@@ -1,0 +1,179 @@
+"""Issue 25, "five silent wrong answers": the three that live in encodings.
+
+* xPos at long context: its key scale zeta^(-n/B) overflowed float32 near n = 36,000
+  (float16 near 4,500), so the scores became NaN where the offset-only maths is fine.
+* Stick-breaking with queries that are not the last tokens: it broke the stick on the
+  query's own key and gave the leftover to a later token's value.
+* CoPE and FoX with positions that do not increase along the sequence: they counted
+  or gated in token order while the causal mask followed the positions.
+"""
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import posenc_lib as pl
+
+
+def randn(*shape, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
+
+
+# ---- xPos ----
+
+
+def xpos_reference(q, k, v, pos, d, scale_base=512.0):
+    """Causal xPos attention in float64 from the offset-only formula: pair i of the
+    RoPE score q_m . R_(n-m) k_n weighted by zeta_i^((m - n)/B)."""
+    q, k, v = q.double(), k.double(), v.double()
+    rope = pl.Rotary(d, layout="interleaved")
+    qr, kr = rope.transform_qk(q, k, pos[None], pos[None])  # angles in float64
+    zeta = pl.xpos_decay(d).repeat_interleave(2)  # (d,)
+    offset = (pos[:, None] - pos[None, :]).double()  # (i, j), m - n
+    weight = zeta ** (offset[..., None] / scale_base)  # (i, j, d)
+    scores = torch.einsum("bhid,bhjd,ijd->bhij", qr, kr, weight) / d**0.5
+    causal = pos[None, :] <= pos[:, None]
+    scores = scores.masked_fill(~causal, float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+@pytest.mark.parametrize("start", [40_000, 1_000_000])
+@pytest.mark.parametrize("path", ["slow", "fast"])
+def test_xpos_is_finite_and_right_far_from_position_zero_in_float32(start, path):
+    d = 8
+    q, k, v = (randn(1, 2, 4, d, seed=s, dtype=torch.float32) for s in (1, 2, 3))
+    pos = torch.arange(start, start + 4)
+    out = pl.attention(q, k, v, pl.XPos(d), pos, pos, causal=True, path=path)
+    assert torch.isfinite(out).all()
+    assert_close(out.double(), xpos_reference(q, k, v, pos, d), rtol=0, atol=1e-5)
+
+
+def test_xpos_is_finite_and_right_far_from_position_zero_in_float16():
+    d = 16
+    q, k, v = (randn(1, 2, 64, d, seed=s, dtype=torch.float16) for s in (4, 5, 6))
+    for start in (5_000, 1_000_000):
+        pos = torch.arange(start, start + 64)
+        out = pl.attention(q, k, v, pl.XPos(d), pos, pos, causal=True, path="slow")
+        assert torch.isfinite(out).all()
+        # float16 angles of RoPE are rounded once: a few 1e-3
+        assert_close(out.double(), xpos_reference(q, k, v, pos, d), rtol=0, atol=1e-2)
+
+
+def test_xpos_window_far_out_matches_the_same_window_at_zero():
+    """Relative: a 3,000-position window at 10^6 gives what it gives at 0, in float32
+    (scales up to zeta_0^(-1500/512) ~ 39 either way)."""
+    d = 8
+    q, k, v = (randn(1, 1, 6, d, seed=s, dtype=torch.float32) for s in (7, 8, 9))
+    pos = torch.tensor([0, 1, 500, 1500, 2999, 3000])
+    pe = pl.XPos(d)
+    near = pl.attention(q, k, v, pe, pos, pos, causal=True)
+    far = pl.attention(q, k, v, pe, pos + 10**6, pos + 10**6, causal=True)
+    assert torch.isfinite(far).all()
+    assert_close(far, near, rtol=0, atol=2e-5)
+    assert_close(far.double(), xpos_reference(q, k, v, pos, d), rtol=0, atol=2e-5)
+
+
+# ---- stick-breaking ----
+
+
+@pytest.mark.parametrize("leftover", ["value", None])
+@pytest.mark.parametrize("attend_current", [False, True])
+def test_stick_breaking_queries_that_are_not_the_last_tokens(leftover, attend_current):
+    pe = pl.StickBreaking(attend_current=attend_current, leftover=leftover)
+    q, k, v = (randn(2, 2, 5, 4, seed=s) for s in (10, 11, 12))
+    full = pl.attention(q, k, v, pe, causal=True)
+    keys = torch.arange(5)
+    for rows in ([1, 2], [0], [0, 3], [2, 4]):
+        sub = pl.attention(
+            q[:, :, rows], k, v, pe, torch.tensor(rows), keys, causal=True
+        )
+        assert_close(sub, full[:, :, rows])
+
+
+def test_stick_breaking_query_after_every_key_breaks_over_all_of_them():
+    """A query at position 10 over keys 0..4 (its own token is not among them): every
+    key is before it, so the stick is broken over all five; no own value, so the
+    leftover is dropped."""
+    pe = pl.StickBreaking()
+    q, k, v = (randn(1, 2, 5, 4, seed=s) for s in (13, 14, 15))
+    out = pl.attention(q[:, :, :1], k, v, pe, torch.tensor([10]), torch.arange(5),
+                       causal=True)  # fmt: skip
+    z = (q[:, :, :1] @ k.mT) / 2  # (b, h, 1, 5)
+    a = pl.stick_breaking_weights(z, attend_current=True)  # keys 0..4, query at 4
+    assert_close(out, a @ v)
+
+
+def test_stick_breaking_refuses_keys_out_of_position_order_with_fewer_queries():
+    """The stick is broken nearest first in token order: keys whose positions do not
+    increase would be broken in the wrong order, so the call is refused (with as many
+    queries as keys the mask check already refuses it)."""
+    q = randn(1, 2, 5, 4, seed=16)
+    keys = torch.tensor([1, 0, 2, 3, 4])
+    with pytest.raises(ValueError, match="key positions that increase"):
+        pl.attention(q[:, :, 1:3], q, q, pl.StickBreaking(), torch.tensor([1, 2]),
+                     keys, causal=True)  # fmt: skip
+
+
+# ---- CoPE and FoX: positions that do not increase along the sequence ----
+
+
+def reversed_and_ordered(pe, q, k, v, x=None):
+    """The same tokens at positions 3, 2, 1, 0 (in that token order) and in position
+    order: the outputs must be the same tokens' outputs."""
+    n = q.shape[2]
+    back = torch.arange(n).flip(0)
+    out_rev = pl.attention(q, k, v, pe, back, back, causal=True, x=x, path="slow")
+    xf = None if x is None else x.flip(1)
+    out_ord = pl.attention(
+        q.flip(2), k.flip(2), v.flip(2), pe, torch.arange(n), torch.arange(n),
+        causal=True, x=xf, path="slow",
+    )  # fmt: skip
+    return out_rev, out_ord.flip(2)
+
+
+def test_cope_counts_in_position_order():
+    torch.manual_seed(0)
+    pe = pl.CoPE(4, 6)
+    with torch.no_grad():
+        pe.pos_emb.copy_(randn(6, 4, seed=16).float())
+    q, k, v = (randn(1, 2, 4, 4, seed=s, dtype=torch.float32) for s in (17, 18, 19))
+    rev, ordered = reversed_and_ordered(pe, q, k, v)
+    assert_close(rev, ordered)
+    # NoPE agrees already: the mask follows the positions
+    nope = reversed_and_ordered(pl.PositionalEncoding(), q, k, v)
+    assert_close(*nope)
+
+
+def test_cope_counts_in_position_order_for_any_permutation():
+    pe = pl.CoPE(4, 9).double()
+    with torch.no_grad():
+        pe.pos_emb.copy_(randn(9, 4, seed=20))
+    q, k, v = (randn(2, 2, 8, 4, seed=s) for s in (21, 22, 23))
+    perm = torch.tensor([5, 2, 7, 0, 1, 6, 3, 4])  # token t sits at position perm[t]
+    out = pl.attention(q, k, v, pe, perm, perm, causal=True)
+    order = perm.argsort()  # token order of the positions 0 .. 7
+    ref = pl.attention(q[:, :, order], k[:, :, order], v[:, :, order], pe,
+                       causal=True)  # fmt: skip
+    assert_close(out[:, :, order], ref)
+
+
+@pytest.mark.parametrize("path", ["slow", "fast", "flex"])
+@torch.no_grad()  # FlexAttention runs forward only on CPU
+def test_fox_gates_in_position_order(path):
+    dtype = torch.float32 if path == "flex" else torch.float64  # flex: CPU kernel
+    pe = pl.ForgettingAttention(8, 2).to(dtype)
+    pe.gate.weight.copy_(randn(2, 8, seed=24))
+    q, k, v = (randn(1, 2, 4, 4, seed=s, dtype=dtype) for s in (25, 26, 27))
+    x = randn(1, 4, 8, seed=28, dtype=dtype)
+    back = torch.arange(4).flip(0)
+    rev = pl.attention(q, k, v, pe, back, back, causal=True, x=x, path=path)
+    ordered = pl.attention(q.flip(2), k.flip(2), v.flip(2), pe, causal=True,
+                           x=x.flip(1), path=path)  # fmt: skip
+    assert_close(rev, ordered.flip(2))
+    perm = torch.tensor([2, 0, 3, 1])  # token t at position perm[t]
+    out = pl.attention(q, k, v, pe, perm, perm, causal=True, x=x, path=path)
+    o = perm.argsort()
+    ref = pl.attention(q[:, :, o], k[:, :, o], v[:, :, o], pe, causal=True,
+                       x=x[:, o], path=path)  # fmt: skip
+    assert_close(out[:, :, o], ref)
