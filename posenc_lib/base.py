@@ -43,18 +43,13 @@ __all__ = [
     "overrides",
 ]
 
-# FlexAttention's score_mod: (score, b, h, q_idx, kv_idx) -> score. The arguments are
-# tensors that broadcast (0-d inside the kernel; a grid when evaluated eagerly), so a
-# score_mod is written with indexing, arithmetic and torch.where only.
+# FlexAttention's score_mod: (score, b, h, q_idx, kv_idx) -> score
 ScoreMod = Callable[..., torch.Tensor]
 
 # The four terms of ((U+P) W_q)((U+P) W_k)^T (Part I's lens).
 FOUR_TERMS: tuple[str, ...] = (
-    "content-content",
-    "content-position",
-    "position-content",
-    "position-position",
-)
+    "content-content", "content-position", "position-content", "position-position",
+)  # fmt: skip
 
 # The hooks, in the order the attention calls them.
 HOOKS: tuple[str, ...] = (
