@@ -13,11 +13,9 @@ import torch
 from torch.testing import assert_close
 
 import posenc_lib as pl
-from posenc_lib.encodings.graph import (
+from posenc_lib.encodings.graph import Graphormer, LaplacianPE, SpatialBias
+from posenc_lib.encodings.graph_algorithms import (
     UNREACHABLE,
-    Graphormer,
-    LaplacianPE,
-    SpatialBias,
     canonical_sign,
     laplacian_eigenvectors,
     node_degrees,

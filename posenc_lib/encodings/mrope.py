@@ -42,7 +42,8 @@ import torch
 from ..base import PositionalEncoding
 from ..registry import register
 from ..utils import check_positive_int
-from .rope import rope_inv_freq, rotate_half
+from .rope import rotate_half
+from .rope_scaling import rope_inv_freq
 
 __all__ = [
     "MultimodalRotary",

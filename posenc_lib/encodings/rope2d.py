@@ -36,7 +36,8 @@ from torch import nn
 from ..base import PositionalEncoding
 from ..registry import register
 from ..utils import check_positive_int
-from .rope import LAYOUTS, rope_inv_freq, rotate_every_two, rotate_half
+from .rope import LAYOUTS, rotate_every_two, rotate_half
+from .rope_scaling import rope_inv_freq
 from .vit import check_coords, example_grid
 
 __all__ = [
