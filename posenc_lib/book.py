@@ -1,10 +1,12 @@
 """Helpers for the chapters themselves: seeds a sweep can shift, glue, library source.
 
-* ``chapter_seeds(0, 1)``: the seeds a chapter was written with, shifted by the
-  environment variable ``POSENC_SEED_SHIFT`` (default 0).
-  ``tools/measure/seed_sweep.py`` re-runs a notebook with other shifts, so every
-  assertion is tried on seeds it was not written with: a toy claim is a statement
-  about a distribution of seeds, not one run.
+* ``chapter_seeds(0, 1)``: the seeds a chapter was written with, moved to a block of
+  its own by the environment variable ``POSENC_SEED_SHIFT`` (default 0): shift ``s``
+  turns seed ``k`` into ``k + s * SEED_BLOCK``. ``tools/measure/seed_sweep.py``
+  re-runs a notebook with other shifts, so every assertion is tried on seeds it was
+  not written with, and no seed is shared between two runs of a sweep (shifts 100 and
+  101 give seeds 100000, 100001 and 101000, 101001, never the overlapping 100, 101 and
+  101, 102): a toy claim is a statement about a distribution of seeds, not one run.
 * ``glue(name, value)``: myst-nb's ``glue`` (the prose quotes the number the run made)
   without needing myst-nb installed, so the same cell runs in Colab.
 * ``show_source(obj)``: the library's own code, printed from a cell, so that the site
@@ -19,6 +21,8 @@ import os
 __all__ = ["chapter_seeds", "seed_shift", "glue", "show_source"]
 
 SEED_SHIFT_VAR = "POSENC_SEED_SHIFT"
+# seeds a chapter writes are below this; shift s owns [s * SEED_BLOCK, (s+1) * SEED_BLOCK)
+SEED_BLOCK = 1000
 # myst-nb's marker for values glued with display=False (myst_nb.ext.glue.GLUE_PREFIX)
 GLUE_PREFIX = "application/papermill.record/"
 
@@ -33,13 +37,20 @@ def seed_shift() -> int:
 
 
 def chapter_seeds(*seeds: int) -> list[int]:
-    """``seeds`` shifted by ``seed_shift()``: ``chapter_seeds(0, 1)`` is ``[0, 1]``
-    normally."""
+    """``seeds`` moved to the block of ``seed_shift()``: ``k + shift * SEED_BLOCK``.
+
+    ``chapter_seeds(0, 1)`` is ``[0, 1]`` normally and ``[100000, 100001]`` at shift
+    100, so two runs of a sweep never share a seed."""
     if not seeds or not all(
         isinstance(s, int) and not isinstance(s, bool) for s in seeds
     ):
         raise TypeError(f"chapter_seeds takes one or more int seeds, got {seeds!r}")
-    return [s + seed_shift() for s in seeds]
+    if not all(0 <= s < SEED_BLOCK for s in seeds):
+        raise ValueError(
+            f"chapter_seeds takes seeds in [0, {SEED_BLOCK}) (each shift of a sweep "
+            f"owns a block of {SEED_BLOCK}), got {seeds!r}"
+        )
+    return [s + seed_shift() * SEED_BLOCK for s in seeds]
 
 
 def glue(name: str, value, display: bool = False) -> None:

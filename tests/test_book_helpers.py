@@ -9,7 +9,20 @@ def test_chapter_seeds_follow_the_sweep_shift(monkeypatch):
     monkeypatch.delenv("POSENC_SEED_SHIFT", raising=False)
     assert pl.chapter_seeds(0, 1) == [0, 1]
     monkeypatch.setenv("POSENC_SEED_SHIFT", "100")
-    assert pl.chapter_seeds(0, 1) == [100, 101]
+    assert pl.chapter_seeds(0, 1) == [100_000, 100_001]
+    monkeypatch.setenv("POSENC_SEED_SHIFT", "101")
+    assert pl.chapter_seeds(0, 1) == [101_000, 101_001]
+
+
+def test_no_seed_is_shared_between_two_runs_of_a_sweep(monkeypatch):
+    """Shifts 0 and 100-109 with the seeds the chapters write (0..9): all disjoint."""
+    runs = []
+    for shift in [0, *range(100, 110)]:
+        monkeypatch.setenv("POSENC_SEED_SHIFT", str(shift))
+        runs.append(set(pl.chapter_seeds(*range(10))))
+    assert sum(map(len, runs)) == len(set().union(*runs))
+    with pytest.raises(ValueError, match=r"seeds in \[0, 1000\)"):
+        pl.chapter_seeds(1000)
     monkeypatch.setenv("POSENC_SEED_SHIFT", "x")
     with pytest.raises(ValueError, match="POSENC_SEED_SHIFT must be an integer"):
         pl.chapter_seeds(0)
