@@ -21,7 +21,7 @@ import os
 __all__ = ["chapter_seeds", "seed_shift", "glue", "show_source"]
 
 SEED_SHIFT_VAR = "POSENC_SEED_SHIFT"
-# seeds a chapter writes are below this; shift s owns [s * SEED_BLOCK, (s+1) * SEED_BLOCK)
+# chapters write seeds below this; shift s owns [s * SEED_BLOCK, (s + 1) * SEED_BLOCK)
 SEED_BLOCK = 1000
 # myst-nb's marker for values glued with display=False (myst_nb.ext.glue.GLUE_PREFIX)
 GLUE_PREFIX = "application/papermill.record/"
