@@ -41,7 +41,7 @@ import torch
 
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_integer, check_positive_int
 from .rope import rotate_half
 from .rope_scaling import rope_inv_freq
 
@@ -120,10 +120,7 @@ def _check_section(mrope_section) -> list[int]:
 def _check_coords(coords, name: str) -> torch.Tensor:
     if not isinstance(coords, torch.Tensor):
         coords = torch.as_tensor(coords)
-    if coords.is_floating_point() or coords.is_complex() or coords.dtype == torch.bool:
-        raise TypeError(
-            f"{name} must hold integer coordinates, got dtype {coords.dtype}"
-        )
+    check_integer(coords, name, "coordinates")
     if coords.dim() == 2:
         coords = coords[None]
     if coords.dim() != 3 or coords.shape[-1] != 3:

@@ -35,7 +35,7 @@ from torch import nn
 
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_heads, check_positive_int
+from ..utils import check_heads, check_integer, check_positive_int
 from .rope import LAYOUTS, rotate_every_two, rotate_half
 from .rope_scaling import rope_inv_freq
 from .vit import check_coords, example_grid
@@ -111,8 +111,7 @@ def rotary_angles(coords: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
             "coords must be (b, n, a) coordinates, got shape "
             f"{tuple(getattr(coords, 'shape', ()))}"
         )
-    if coords.is_floating_point() or coords.is_complex() or coords.dtype == torch.bool:
-        raise TypeError(f"coords must hold integers, got dtype {coords.dtype}")
+    check_integer(coords, "coords", "coordinates")
     if freqs.dim() == 2:
         freqs = freqs[:, None]  # (a, 1, d/2): the same for every head
     if freqs.dim() != 3 or freqs.shape[0] != coords.shape[-1]:
