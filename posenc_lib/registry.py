@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .base import PositionalEncoding
-from .utils import check_positive_int
+from .utils import check_head_split, check_positive_int
 
 __all__ = ["REGISTRY", "register", "make_encoding"]
 
@@ -42,11 +42,6 @@ def make_encoding(
         raise KeyError(
             f"unknown encoding {name!r}; registered: {', '.join(sorted(REGISTRY))}"
         )
-    check_positive_int(d_model, "d_model")
-    check_positive_int(n_heads, "n_heads")
+    check_head_split(d_model, n_heads)
     check_positive_int(max_len, "max_len")
-    if d_model % n_heads:
-        raise ValueError(
-            f"d_model ({d_model}) must be divisible by n_heads ({n_heads})"
-        )
     return REGISTRY[name](d_model=d_model, n_heads=n_heads, max_len=max_len)

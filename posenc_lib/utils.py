@@ -117,6 +117,18 @@ def check_nonnegative_int(value: object, name: str) -> int:
     return _check_int(value, name, 0)
 
 
+def check_head_split(d_model: object, n_heads: object) -> int:
+    """``d_model // n_heads`` after checking both are ints > 0 and the heads divide
+    the model dimension; a clear error naming both otherwise."""
+    check_positive_int(d_model, "d_model")
+    check_positive_int(n_heads, "n_heads")
+    if d_model % n_heads:
+        raise ValueError(
+            f"d_model ({d_model}) must be divisible by n_heads ({n_heads})"
+        )
+    return d_model // n_heads
+
+
 def check_shape(
     x: torch.Tensor, pattern: str, name: str = "tensor", **known: int
 ) -> dict[str, int]:
