@@ -119,8 +119,8 @@ class LabConfig:
                 "factors must be increasing and include 1 (the in-distribution "
                 f"reference), got {self.factors!r}"
             )
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0 < self.lr < math.inf:
+            raise ValueError(f"lr must be a finite number > 0, got {self.lr}")
         check_head_split(self.d_model, self.n_heads)
 
     @property

@@ -25,6 +25,9 @@ REGISTRY: dict[str, Factory] = {}
 def register(name: str) -> Callable[[Factory], Factory]:
     """Decorator adding a factory to ``REGISTRY`` under ``name`` (names are unique)."""
 
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"an encoding's name must be a non-empty string, got {name!r}")
+
     def add(factory: Factory) -> Factory:
         if name in REGISTRY:
             raise ValueError(f"an encoding named {name!r} is already registered")

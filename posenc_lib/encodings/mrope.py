@@ -42,7 +42,7 @@ import torch
 from ..base import PositionalEncoding
 from ..registry import register
 from ..utils import check_integer, check_positive_int
-from .rope import rotate_half
+from .rope import KeepsFrequencies, rotate_half
 from .rope_scaling import rope_inv_freq
 
 __all__ = [
@@ -166,7 +166,7 @@ def apply_mrope(
     return x * cos + rotate_half(x) * sin  # (b, h, n, d)
 
 
-class MultimodalRotary(PositionalEncoding):
+class MultimodalRotary(KeepsFrequencies, PositionalEncoding):
     """M-RoPE: rotates queries and keys by their (t, h, w) coordinates
     (``transform_qk``); positions are ``(b, n, 3)``, no parameters, no length limit.
 

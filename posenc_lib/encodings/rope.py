@@ -23,6 +23,7 @@ The frequency scalings (``rope_inv_freq``, ``ROPE_SCALINGS``) live in
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from ..base import PositionalEncoding
 from ..positions import position_facts
@@ -42,9 +43,22 @@ __all__ = [
 LAYOUTS = ("half", "interleaved")
 
 
+def _check_pairs(x: torch.Tensor) -> None:
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise TypeError(
+            "x must be a floating-point tensor (an integer one would be rotated to "
+            f"zeros), got {getattr(x, 'dtype', type(x).__name__)}"
+        )
+    if x.shape[-1] % 2:
+        raise ValueError(
+            f"x's last dimension must be even (it is rotated in pairs), got {x.shape}"
+        )
+
+
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     """``(x_1 .. x_{d/2}, x_{d/2+1} .. x_d) -> (-x_{d/2+1} .. -x_d, x_1 .. x_{d/2})``:
     pairs (i, i + d/2)."""
+    _check_pairs(x)
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
 
@@ -52,8 +66,23 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 def rotate_every_two(x: torch.Tensor) -> torch.Tensor:
     """``(x_1, x_2, x_3, x_4, ...) -> (-x_2, x_1, -x_4, x_3, ...)``: pairs (2i, 2i+1)
     (GPT-J's name)."""
+    _check_pairs(x)
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+class KeepsFrequencies(nn.Module):
+    """Keeps the ``inv_freq`` buffer in its own precision through ``.half()``,
+    ``.to(torch.bfloat16)`` and the like (it still follows ``.to(device)``): angles
+    ``m * theta`` at m = 2000 in float16 frequencies are wrong by up to ~0.7 rad.
+    The large libraries do the same (Hugging Face computes the angles in float32)."""
+
+    def _apply(self, fn, recurse=True):
+        kept = self._buffers.get("inv_freq")
+        out = super()._apply(fn, recurse)
+        if kept is not None:  # the device fn chose, the dtype we had
+            self._buffers["inv_freq"] = kept.to(self._buffers["inv_freq"].device)
+        return out
 
 
 def apply_rope(
@@ -170,7 +199,7 @@ def rope_cos_sin(
     )
 
 
-class Rotary(PositionalEncoding):
+class Rotary(KeepsFrequencies, PositionalEncoding):
     """Rotates queries and keys by their positions (``transform_qk``); no parameters, no
     length limit.
 

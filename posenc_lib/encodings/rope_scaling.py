@@ -280,8 +280,12 @@ def rope_inv_freq(
     ... )
     """
     _check_d_head(d_head)
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
-        raise ValueError(f"base must be a number > 1, got {base!r}")
+    if (
+        isinstance(base, bool)
+        or not isinstance(base, (int, float))
+        or not 1 < base < float("inf")
+    ):
+        raise ValueError(f"base must be a finite number > 1, got {base!r}")
     if scaling not in ROPE_SCALINGS:
         names = ", ".join(repr(k) for k in ROPE_SCALINGS)
         raise ValueError(f"scaling must be one of {names}; got {scaling!r}")
@@ -300,4 +304,11 @@ def rope_inv_freq(
     ]
     if missing:
         raise TypeError(f"scaling {scaling!r} needs the parameters {missing}")
-    return fn(d_head, float(base), **params)
+    inv_freq, attention_factor = fn(d_head, float(base), **params)
+    # a zero or infinite temperature makes every score 0 or inf: uniform or NaN weights
+    if not 0 < attention_factor < float("inf"):
+        raise ValueError(
+            f"attention_factor must be a finite number > 0, got {attention_factor!r} "
+            f"(scaling {scaling!r} with {params})"
+        )
+    return inv_freq, attention_factor
