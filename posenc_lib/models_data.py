@@ -20,6 +20,7 @@ import torch
 from .encodings.rope_scaling import rope_inv_freq
 
 __all__ = [
+    "MLA_DEEPSEEK_V3",
     "RopeSpec",
     "DeployedModel",
     "DEPLOYED_MODELS",
@@ -106,7 +107,7 @@ DEPLOYED_MODELS: tuple[DeployedModel, ...] = (
         "per head",
         f"{HF} models/gemma3/modeling_gemma3.py Gemma3RotaryEmbedding",
         "code",
-        "default_theta local 10k / global 1M; larger checkpoints add linear scaling",
+        "default_theta: local 10k, global 1M",
     ),
     DeployedModel(
         "Gemma 4",
@@ -118,7 +119,7 @@ DEPLOYED_MODELS: tuple[DeployedModel, ...] = (
             ),
         ),
         "5 sliding : 1 full",
-        "per head (scores not scaled: scaling 1.0)",
+        "per head; score scale 1",
         f"{HF} models/gemma4/modeling_gemma4.py Gemma4TextRotaryEmbedding",
         "code",
         "p-RoPE: 64 of 256 pairs rotated on full layers (global_head_dim 512)",
@@ -218,6 +219,17 @@ DEPLOYED_MODELS: tuple[DeployedModel, ...] = (
         "",
     ),
 )
+
+
+# DeepSeek-V3's multi-head latent attention: the defaults of DeepseekV3Config
+# (transformers models/deepseek_v3/configuration_deepseek_v3.py), checked in the tests
+MLA_DEEPSEEK_V3 = {
+    "num_attention_heads": 128,
+    "kv_lora_rank": 512,  # the cached latent c_kv
+    "qk_nope_head_dim": 128,  # per head, from the latent
+    "qk_rope_head_dim": 64,  # the decoupled rotary part; its key is shared by heads
+    "v_head_dim": 128,
+}
 
 
 def spec_inv_freq(spec: RopeSpec) -> tuple[torch.Tensor, float]:

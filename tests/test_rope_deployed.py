@@ -213,3 +213,7 @@ def test_model_table_has_one_row_per_model_with_a_source():
     assert [r["model"] for r in rows] == [m.name for m in DEPLOYED_MODELS]
     assert all(".py " in r["source"] and r["numbers"] in ("code", "checkpoint")
                for r in rows)  # fmt: skip
+
+
+def test_mla_sizes_are_deepseek_v3_config_defaults():
+    assert pl.models_data.MLA_DEEPSEEK_V3 == GOLDEN["deepseek_mla"]

@@ -20,6 +20,7 @@ What it records (inputs included, so the tests need no random generator):
   ``apply_rotary_pos_emb`` (partial rotary), Gemma 4's ``apply_rotary_pos_emb`` with the
   proportional frequencies, gpt-oss's ``apply_rotary_pos_emb`` (YaRN x32, cos and sin
   times the attention factor) and DeepSeek-V3's ``apply_rotary_pos_emb_interleave``.
+* ``deepseek_mla``: the MLA sizes of the default ``DeepseekV3Config``.
 * ``deepseek_scaling``: ``yarn_apply_mscale`` of DeepSeek-V3's numbers, i.e. the
   softmax scale 1/sqrt(192) times mscale^2.
 """
@@ -264,6 +265,16 @@ def main():
         "deepseek_scaling": {
             "qk_head_dim": cfg.qk_head_dim,
             "scaling": ds.yarn_apply_mscale(cfg.rope_parameters, cfg.qk_head_dim**-0.5),
+        },
+        "deepseek_mla": {
+            key: getattr(DeepseekV3Config(), key)
+            for key in (
+                "num_attention_heads",
+                "kv_lora_rank",
+                "qk_nope_head_dim",
+                "qk_rope_head_dim",
+                "v_head_dim",
+            )
         },
     }
     path = pathlib.Path(__file__).with_name("rope_deployed_hf.json")
