@@ -217,3 +217,15 @@ def test_model_table_has_one_row_per_model_with_a_source():
 
 def test_mla_sizes_are_deepseek_v3_config_defaults():
     assert pl.models_data.MLA_DEEPSEEK_V3 == GOLDEN["deepseek_mla"]
+
+
+def test_partial_rotary_is_proportional_with_base_to_the_d_over_r():
+    """Exercise 1 of the chapter: p = r/d and base b^(d/r) give partial rotary's
+    frequencies, padded with zeros."""
+    d, r, b = 64, 16, 10000.0
+    prop, _ = pl.rope_inv_freq(
+        d, b ** (d / r), "proportional", partial_rotary_factor=r / d
+    )
+    part, _ = pl.rope_inv_freq(r, b)
+    assert_close(prop[: r // 2], part)
+    assert (prop[r // 2 :] == 0).all()
