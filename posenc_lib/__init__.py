@@ -29,6 +29,7 @@ from .measure import (
     tensor_memory,
 )
 from .model import TinyTransformer
+from .models_data import DEPLOYED_MODELS, model_table, spec_inv_freq
 from .positions import Positions
 from .plotting import COLORS, color_for, heatmap, set_plot_style
 from .registry import REGISTRY, make_encoding, register
@@ -66,6 +67,9 @@ __all__ = [
     "copy_offset_batch",
     "stdlib_corpus",
     "TinyTransformer",
+    "DEPLOYED_MODELS",
+    "model_table",
+    "spec_inv_freq",
     "best_time",
     "tensor_memory",
     "attention_benchmark",

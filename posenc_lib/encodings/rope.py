@@ -93,6 +93,7 @@ def apply_rope(
     attention_factor: float = 1.0,
     cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None,
     checked: bool = False,
+    rotary_dim: int | None = None,
 ) -> torch.Tensor:
     """Rotate ``x`` ``(..., n, d)`` at integer ``positions`` ``(n,)``, or ``(b|1, n)``
     for ``x`` ``(b, n, d)`` or ``(b, h, n, d)``; same shape and dtype. ``cos_sin``:
@@ -103,9 +104,26 @@ def apply_rope(
     ``layout="half"`` and ``rotate_every_two`` for ``"interleaved"``; the result is
     multiplied by ``attention_factor``. Angles are computed in float64, then cast to
     ``x.dtype``.
+
+    ``rotary_dim`` r (partial rotary: GPT-NeoX ``rotary_pct``, Phi-3 and GLM
+    ``partial_rotary_factor``): rotate the first r coordinates with ``inv_freq`` of
+    shape ``(r/2,)`` in ``layout`` and pass the last d - r through unchanged; ``None``
+    is r = d.
     """
     if not checked:
-        positions = _check_rope_args(x, positions, inv_freq, layout)
+        positions = _check_rope_args(x, positions, inv_freq, layout, rotary_dim)
+    if rotary_dim is not None and rotary_dim != x.shape[-1]:
+        # (x_rot, x_pass) -> (R_m x_rot, x_pass)
+        rot = apply_rope(
+            x[..., :rotary_dim],
+            positions,
+            inv_freq,
+            layout,
+            attention_factor,
+            cos_sin,
+            checked=True,
+        )  # (..., n, r)
+        return torch.cat((rot, x[..., rotary_dim:]), dim=-1)  # (..., n, d)
     d = x.shape[-1]
     if cos_sin is None:
         cos_sin = rope_cos_sin(positions, inv_freq, layout, attention_factor, x.dtype)
@@ -127,7 +145,7 @@ def apply_rope(
     return out
 
 
-def _check_rope_args(x, positions, inv_freq, layout) -> torch.Tensor:
+def _check_rope_args(x, positions, inv_freq, layout, rotary_dim=None) -> torch.Tensor:
     """``apply_rope``'s checks; returns the positions as an int64 tensor."""
     if not isinstance(x, torch.Tensor) or x.dim() < 2:
         raise ValueError(
@@ -140,6 +158,18 @@ def _check_rope_args(x, positions, inv_freq, layout) -> torch.Tensor:
             "integer dtype are 0 and +-1, a silently wrong rotation"
         )
     n, d = x.shape[-2:]
+    if rotary_dim is not None:
+        if (
+            isinstance(rotary_dim, bool)
+            or not isinstance(rotary_dim, int)
+            or not 0 < rotary_dim <= d
+            or rotary_dim % 2
+        ):
+            raise ValueError(
+                f"rotary_dim must be an even integer in (0, d = {d}] (the first "
+                f"rotary_dim coordinates are rotated in pairs), got {rotary_dim!r}"
+            )
+        d = rotary_dim  # the checks below concern the rotated part
     if d % 2:
         raise ValueError(
             f"the last dimension of x (d = {d}) must be even for RoPE (coordinates are "
@@ -165,8 +195,9 @@ def _check_rope_args(x, positions, inv_freq, layout) -> torch.Tensor:
             f"{tuple(x.shape)}, got {tuple(positions.shape)}"
         )
     if not isinstance(inv_freq, torch.Tensor) or inv_freq.shape != (d // 2,):
+        what = "d" if rotary_dim is None else "rotary_dim"
         raise ValueError(
-            f"inv_freq must have shape ({d // 2},) for d = {d}, got "
+            f"inv_freq must have shape ({d // 2},) for {what} = {d}, got "
             f"{tuple(getattr(inv_freq, 'shape', ()))}"
         )
     return positions.long()
@@ -204,7 +235,8 @@ class Rotary(KeepsFrequencies, PositionalEncoding):
     length limit.
 
     ``scaling`` and ``params`` select a frequency scaling from ``ROPE_SCALINGS`` (fixed
-    at build time).
+    at build time). ``rotary_dim`` r < d_head rotates only the first r coordinates of
+    each head (partial rotary, frequencies ``rope_inv_freq(r, base, ...)``).
     """
 
     four_terms = {
@@ -222,6 +254,7 @@ class Rotary(KeepsFrequencies, PositionalEncoding):
         base: float = 10000.0,
         layout: str = "half",
         scaling: str | None = None,
+        rotary_dim: int | None = None,
         **params,
     ):
         super().__init__()
@@ -233,7 +266,20 @@ class Rotary(KeepsFrequencies, PositionalEncoding):
             layout,
             scaling,
         )
-        inv_freq, self.attention_factor = rope_inv_freq(d_head, base, scaling, **params)
+        if rotary_dim is not None and (
+            isinstance(rotary_dim, bool)
+            or not isinstance(rotary_dim, int)
+            or not 0 < rotary_dim <= d_head
+            or rotary_dim % 2
+        ):
+            raise ValueError(
+                f"rotary_dim must be an even integer in (0, d_head = {d_head}], got "
+                f"{rotary_dim!r}"
+            )
+        self.rotary_dim = rotary_dim
+        inv_freq, self.attention_factor = rope_inv_freq(
+            rotary_dim or d_head, base, scaling, **params
+        )
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (d/2,) float64
 
     def _check(self, q: torch.Tensor, k: torch.Tensor | None = None) -> None:
@@ -251,19 +297,21 @@ class Rotary(KeepsFrequencies, PositionalEncoding):
 
     def _rotate(self, x: torch.Tensor, pos: torch.Tensor, which: str, ctx=None):
         args = (self.inv_freq, self.layout, self.attention_factor)
+        r = self.rotary_dim
         if ctx is None or ctx.positions is None:
-            return apply_rope(x, pos, *args)  # checks pos
+            return apply_rope(x, pos, *args, rotary_dim=r)  # checks pos
         # cos and sin depend on the positions only: once per forward pass, shared by
         # every layer (Hugging Face's rotary_emb(x, position_ids) does the same)
         cos_sin = ctx.positions.reuse(
             (self, which, x.dtype), lambda: rope_cos_sin(pos, *args, dtype=x.dtype)
         )
-        return apply_rope(x, pos, *args, cos_sin=cos_sin, checked=True)
+        return apply_rope(x, pos, *args, cos_sin=cos_sin, checked=True, rotary_dim=r)
 
     def extra_repr(self) -> str:
         return (
             f"d_head={self.d_head}, base={self.base:g}, layout={self.layout!r}, "
             f"scaling={self.scaling!r}"
+            + ("" if self.rotary_dim is None else f", rotary_dim={self.rotary_dim}")
         )
 
 
