@@ -2,9 +2,10 @@
 
 A cache keeps, per layer, the keys and values of the tokens already seen, so each new
 token costs one query against them instead of a forward pass over everything. With
-RoPE the cached keys are stored rotated, each once at its own position (as Hugging
-Face's ``DynamicCache`` stores the keys after ``apply_rotary_pos_emb``); a new token
-is rotated at its own position and nothing cached is touched again.
+RoPE the cached keys are stored rotated, each once at its own position (Hugging Face's
+``LlamaAttention.forward``, transformers 5.24, hands the keys to ``cache.update``
+right after ``apply_rotary_pos_emb``); a new token is rotated at its own position and
+nothing cached is touched again.
 
 Positions with left padding follow Hugging Face's
 ``GenerationMixin._prepare_position_ids_for_generation`` (transformers 5.24):
