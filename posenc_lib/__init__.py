@@ -18,9 +18,16 @@ from .attention import (
 )
 from .book import chapter_seeds, glue, seed_shift, show_source
 from .base import FOUR_TERMS, HOOKS, Context, PositionalEncoding
+from .decoding import (
+    forward_with_cache,
+    padded_causal_mask,
+    positions_from_mask,
+    rope_attention_step,
+)
 from .data import CharCorpus, MarkovSource, copy_offset_batch, stdlib_corpus
 from .encodings import *  # noqa: F401,F403  (every encoding module registers itself)
 from .encodings import __all__ as _encodings_all
+from .layouts import half_to_interleaved, interleaved_to_half, layout_permutation
 from .measure import (
     BENCH_DIR,
     attention_benchmark,
@@ -66,6 +73,13 @@ __all__ = [
     "MarkovSource",
     "copy_offset_batch",
     "stdlib_corpus",
+    "forward_with_cache",
+    "padded_causal_mask",
+    "positions_from_mask",
+    "rope_attention_step",
+    "interleaved_to_half",
+    "half_to_interleaved",
+    "layout_permutation",
     "TinyTransformer",
     "DEPLOYED_MODELS",
     "model_table",
