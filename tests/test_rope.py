@@ -336,7 +336,7 @@ def test_odd_head_dimension_is_a_clear_error():
 def test_bad_arguments_are_clear_errors():
     inv_freq, _ = pl.rope_inv_freq(8)
     x = torch.randn(1, 1, 3, 8)
-    with pytest.raises(TypeError, match="positions must hold integers"):
+    with pytest.raises(TypeError, match="positions must hold integer positions"):
         pl.apply_rope(x, torch.arange(3.0), inv_freq)
     with pytest.raises(ValueError, match="positions must have shape"):
         pl.apply_rope(x, torch.arange(4), inv_freq)

@@ -28,7 +28,7 @@ from torch import nn
 from ..base import PositionalEncoding
 from ..positions import position_facts
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_integer, check_positive_int
 from .rope_scaling import _check_d_head, _check_factor, rope_inv_freq
 
 __all__ = [
@@ -178,12 +178,7 @@ def _check_rope_args(x, positions, inv_freq, layout, rotary_dim=None) -> torch.T
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     positions = torch.as_tensor(positions, device=x.device)
-    if (
-        positions.is_floating_point()
-        or positions.is_complex()
-        or positions.dtype == torch.bool
-    ):
-        raise TypeError(f"positions must hold integers, got dtype {positions.dtype}")
+    check_integer(positions, "positions")
     b = x.shape[0] if x.dim() >= 3 else 1
     if (
         positions.dim() not in (1, 2)
