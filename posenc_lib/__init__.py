@@ -16,7 +16,7 @@ from .attention import (
     prepare,
     reference_attention,
 )
-from .book import chapter_seeds, glue, seed_shift, show_source
+from .book import Sweep, chapter_seeds, glue, seed_shift, show_source
 from .base import FOUR_TERMS, HOOKS, Context, PositionalEncoding
 from .decoding import (
     forward_with_cache,
@@ -63,6 +63,7 @@ __all__ = [
     "count_host_syncs",
     "PositionalEncoding",
     "chapter_seeds",
+    "Sweep",
     "glue",
     "seed_shift",
     "show_source",
