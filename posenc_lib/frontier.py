@@ -34,7 +34,8 @@ __all__ = [
 # class "cls" (guard: the condition of the `if` around the call, verbatim, or None);
 # "per_layer": a guard reads an attribute __init__ sets from the layer index, so some
 # layers call it and others do not; "defines_rope": the file defines
-# apply_rotary_pos_emb (Jamba's is never called).
+# apply_rotary_pos_emb (Jamba's is never called); "sigmoid_gate": the class gates
+# its output with a sigmoid (gated attention).
 MODEL_POSITION = {
     "BLOOM (2022)": dict(
         module="bloom",
@@ -45,6 +46,7 @@ MODEL_POSITION = {
             ("build_alibi_tensor", "not (attention_mask is None)"),
         ],
         per_layer=False,
+        sigmoid_gate=False,
         defines_rope=False,
         layers="ALiBi: one bias, added in every layer",
     ),
@@ -53,14 +55,25 @@ MODEL_POSITION = {
         cls="MptModel",
         calls=[("build_mpt_alibi_tensor", None)],
         per_layer=False,
+        sigmoid_gate=False,
         defines_rope=False,
         layers="ALiBi: one bias, added in every layer",
+    ),
+    "ModernBERT (2024, encoder)": dict(
+        module="modernbert",
+        cls="ModernBertAttention",
+        calls=[("apply_rotary_pos_emb", None)],
+        per_layer=False,
+        sigmoid_gate=False,
+        defines_rope=True,
+        layers="every layer (local and global bases differ)",
     ),
     "Jamba (2024)": dict(
         module="jamba",
         cls="JambaAttention",
         calls=[],
         per_layer=False,
+        sigmoid_gate=False,
         defines_rope=True,
         layers="none: Mamba layers carry order; attention is NoPE",
     ),
@@ -69,6 +82,7 @@ MODEL_POSITION = {
         cls="Cohere2Attention",
         calls=[("apply_rotary_pos_emb", "self.sliding_window is not None")],
         per_layer=True,
+        sigmoid_gate=False,
         defines_rope=True,
         layers="RoPE in sliding-window layers (3 of 4); global: none",
     ),
@@ -80,6 +94,7 @@ MODEL_POSITION = {
             ("apply_rotary_pos_emb", "not (self.config.rope_interleave)"),
         ],
         per_layer=False,
+        sigmoid_gate=False,
         defines_rope=True,
         layers="every layer (MLA's decoupled rotary part)",
     ),
@@ -88,6 +103,7 @@ MODEL_POSITION = {
         cls="Llama4TextAttention",
         calls=[("apply_rotary_emb", "self.use_rope")],
         per_layer=True,
+        sigmoid_gate=False,
         defines_rope=False,
         layers="RoPE + 8K chunks in 3 of 4; 4th: NoPE, full, temperature",
     ),
@@ -96,6 +112,7 @@ MODEL_POSITION = {
         cls="Qwen3MoeAttention",
         calls=[("apply_rotary_pos_emb", None)],
         per_layer=False,
+        sigmoid_gate=False,
         defines_rope=True,
         layers="every layer",
     ),
@@ -104,6 +121,7 @@ MODEL_POSITION = {
         cls="SmolLM3Attention",
         calls=[("apply_rotary_pos_emb", "self.use_rope")],
         per_layer=True,
+        sigmoid_gate=False,
         defines_rope=True,
         layers="RoPE in 3 of 4 layers; 4th: none",
     ),
@@ -114,6 +132,7 @@ MODEL_POSITION = {
             ("apply_rotary_pos_emb", "self.sliding_window is None or self.is_sliding")
         ],
         per_layer=True,
+        sigmoid_gate=False,
         defines_rope=True,
         layers="RoPE in sliding-window layers (3 of 4); global: none",
     ),
@@ -122,6 +141,7 @@ MODEL_POSITION = {
         cls="GptOssAttention",
         calls=[("apply_rotary_pos_emb", None)],
         per_layer=False,
+        sigmoid_gate=False,
         defines_rope=True,
         layers="every layer (sliding and full alternate)",
     ),
@@ -130,6 +150,7 @@ MODEL_POSITION = {
         cls="Qwen3NextAttention",
         calls=[("apply_rotary_pos_emb", None)],
         per_layer=False,
+        sigmoid_gate=True,
         defines_rope=True,
         layers="every attention layer (1 of 4, 25% of dims); DeltaNet: none",
     ),
@@ -138,6 +159,7 @@ MODEL_POSITION = {
         cls="KimiLinearAttention",
         calls=[],
         per_layer=False,
+        sigmoid_gate=False,
         defines_rope=False,
         layers="none: MLA layers are NoPE; KDA layers carry order",
     ),

@@ -42,7 +42,11 @@ def _as_found(row):
         )
         for name, guard in row["calls"]
     ]
-    return dict(calls=calls, defines_apply_rotary=row["defines_rope"])
+    return dict(
+        calls=calls,
+        defines_apply_rotary=row["defines_rope"],
+        sigmoid_gate=row["sigmoid_gate"],
+    )
 
 
 def test_transcription_matches_golden():
@@ -55,6 +59,7 @@ def test_transcription_matches_golden():
         expected = _as_found(row)
         assert found["calls"] == expected["calls"], model
         assert found["defines_apply_rotary"] == expected["defines_apply_rotary"], model
+        assert found["sigmoid_gate"] == expected["sigmoid_gate"], model
 
 
 @pytest.mark.skipif(not REF_MODELS.is_dir(), reason="transformers source not installed")
@@ -80,7 +85,7 @@ def test_extractor_sees_guards_and_per_layer_attributes():
         "            q, k = apply_rotary_pos_emb(q, k)\n"
     )
     found = _golden_script().position_calls(source, "A")
-    assert found["defines_apply_rotary"]
+    assert found["defines_apply_rotary"] and not found["sigmoid_gate"]
     assert found["calls"] == [
         dict(name="apply_rotary_pos_emb", guards=["self.rope"], per_layer=True),
         dict(name="apply_rotary_pos_emb", guards=["self.flag"], per_layer=False),

@@ -6,8 +6,8 @@ For each model the script parses ``models/<module>/modeling_<module>.py`` and re
 for the class named in the transcription, every call inside its methods to a function
 whose name contains ``rotary`` or ``alibi``, with the condition of each ``if`` around
 that call (innermost first), whether such a condition reads an attribute that the
-class's ``__init__`` sets from ``layer_idx``, and whether the file defines
-``apply_rotary_pos_emb``.
+class's ``__init__`` sets from ``layer_idx``, whether the file defines
+``apply_rotary_pos_emb``, and whether the class calls a sigmoid (an output gate).
 ``tests/test_frontier.py`` compares the transcription with this file always, and
 re-extracts from the installed source when it is there. Run it with the reference
 environment (transformers 5.24.0):
@@ -25,9 +25,10 @@ import sys
 
 
 def position_calls(source: str, class_name: str) -> dict:
-    """``{"calls": [{"name", "guards", "per_layer"}], "defines_apply_rotary": bool}``
-    for ``class_name`` in ``source``; ``per_layer``: a guard reads an attribute that
-    ``__init__`` sets from ``layer_idx`` (so layers differ in whether they call it)."""
+    """``{"calls": [{"name", "guards", "per_layer"}], "defines_apply_rotary": bool,
+    "sigmoid_gate": bool}`` for ``class_name`` in ``source``. ``per_layer``: a guard
+    reads an attribute that ``__init__`` sets from ``layer_idx`` (so layers differ in
+    whether they call it)."""
     tree = ast.parse(source)
     defines = any(
         isinstance(n, ast.FunctionDef) and n.name == "apply_rotary_pos_emb"
@@ -56,6 +57,7 @@ def position_calls(source: str, class_name: str) -> dict:
                     elif isinstance(t, ast.Name):
                         from_layer.add(t.id)
     calls = []
+    sigmoid = []
 
     def visit(node, guards):
         if isinstance(node, ast.If):
@@ -67,6 +69,8 @@ def position_calls(source: str, class_name: str) -> dict:
         if isinstance(node, ast.Call):
             f = node.func
             name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if name == "sigmoid":
+                sigmoid.append(ast.unparse(node))
             if "rotary" in name.lower() or "alibi" in name.lower():
                 call = dict(name=name, guards=guards)
                 call["per_layer"] = any(a in g for g in guards for a in per_layer)
@@ -78,7 +82,7 @@ def position_calls(source: str, class_name: str) -> dict:
     for item in cls.body:
         if isinstance(item, ast.FunctionDef):
             visit(item, [])
-    return dict(calls=calls, defines_apply_rotary=defines)
+    return dict(calls=calls, defines_apply_rotary=defines, sigmoid_gate=bool(sigmoid))
 
 
 def main() -> None:
