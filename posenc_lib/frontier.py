@@ -34,8 +34,9 @@ __all__ = [
 # class "cls" (guard: the condition of the `if` around the call, verbatim, or None);
 # "per_layer": a guard reads an attribute __init__ sets from the layer index, so some
 # layers call it and others do not; "defines_rope": the file defines
-# apply_rotary_pos_emb (Jamba's is never called); "sigmoid_gate": the class gates
-# its output with a sigmoid (gated attention).
+# apply_rotary_pos_emb (Jamba's is never called); "sigmoid_gate": the class calls
+# a sigmoid (in an attention class, an output gate: gated attention; in a recurrent
+# layer, its own gates).
 MODEL_POSITION = {
     "BLOOM (2022)": dict(
         module="bloom",
@@ -76,6 +77,15 @@ MODEL_POSITION = {
         sigmoid_gate=False,
         defines_rope=True,
         layers="none: Mamba layers carry order; attention is NoPE",
+    ),
+    "Jamba (2024), Mamba layers": dict(
+        module="jamba",
+        cls="JambaMambaMixer",
+        calls=[],
+        per_layer=False,
+        sigmoid_gate=False,
+        defines_rope=True,
+        layers="no position: the recurrence orders tokens",
     ),
     "Command R7B / A (2024-25)": dict(
         module="cohere2",
@@ -154,6 +164,15 @@ MODEL_POSITION = {
         defines_rope=True,
         layers="every attention layer (1 of 4, 25% of dims); DeltaNet: none",
     ),
+    "Qwen3-Next (2025), DeltaNet layers": dict(
+        module="qwen3_next",
+        cls="Qwen3NextGatedDeltaNet",
+        calls=[],
+        per_layer=False,
+        sigmoid_gate=True,
+        defines_rope=True,
+        layers="3 of 4 layers; no position: recurrence",
+    ),
     "Kimi Linear (2025)": dict(
         module="kimi_linear",
         cls="KimiLinearAttention",
@@ -162,6 +181,15 @@ MODEL_POSITION = {
         sigmoid_gate=False,
         defines_rope=False,
         layers="none: MLA layers are NoPE; KDA layers carry order",
+    ),
+    "Kimi Linear (2025), KDA layers": dict(
+        module="kimi_linear",
+        cls="KimiLinearDeltaAttention",
+        calls=[],
+        per_layer=False,
+        sigmoid_gate=True,
+        defines_rope=False,
+        layers="no position: the recurrence orders tokens",
     ),
 }
 
