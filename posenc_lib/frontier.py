@@ -9,6 +9,8 @@ Shape letters: b batch, h heads, i/j query/key positions, n length, d head dim.
   ``tests/test_frontier.py`` checks every row against the installed source when it is
   there, and against ``tests/golden/frontier_transformers.json`` (written from that
   source by ``tests/golden/make_frontier_golden.py``) always.
+* ``CONFIG_DEFAULTS``: the configuration defaults the chapter quotes (layer patterns,
+  chunk sizes), checked the same way.
 * ``ssmax_weights``: Scalable-Softmax (Nakanishi, 2025), softmax of ``s log n`` times
   the scores, ``n`` the number of keys a query sees.
 * ``dca_offsets``: the relative positions Dual Chunk Attention (An et al., 2024) gives
@@ -24,6 +26,7 @@ import torch
 
 __all__ = [
     "MODEL_POSITION",
+    "CONFIG_DEFAULTS",
     "ssmax_weights",
     "dca_offsets",
     "decay_recurrence",
@@ -191,6 +194,24 @@ MODEL_POSITION = {
         defines_rope=False,
         layers="no position: the recurrence orders tokens",
     ),
+}
+
+
+# (module, setting) -> its default in transformers 5.24's configuration_<module>.py,
+# the numbers the chapter quotes about layer patterns ("kimi_k2 text model": the
+# model type that Kimi K2.5's configuration substitutes for a "kimi_k2" text model).
+CONFIG_DEFAULTS = {
+    ("llama4", "no_rope_layer_interval"): 4,
+    ("llama4", "attention_chunk_size"): 8192,
+    ("llama4", "floor_scale"): 8192,
+    ("llama4", "attn_scale"): 0.1,
+    ("smollm3", "no_rope_layer_interval"): 4,
+    ("cohere2", "sliding_window_pattern"): 4,
+    ("exaone4", "sliding_window_pattern"): 4,
+    ("qwen3_next", "full_attention_interval"): 4,
+    ("qwen3_next", "partial_rotary_factor"): 0.25,
+    ("deepseek_v3", "qk_rope_head_dim"): 64,
+    ("kimi_k25", "kimi_k2 text model"): "deepseek_v3",
 }
 
 

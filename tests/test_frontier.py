@@ -11,6 +11,7 @@ import torch
 from torch.testing import assert_close
 
 from posenc_lib.frontier import (
+    CONFIG_DEFAULTS,
     MODEL_POSITION,
     dca_offsets,
     decay_recurrence,
@@ -68,6 +69,20 @@ def test_transcription_matches_installed_transformers():
     for model, row in MODEL_POSITION.items():
         path = REF_MODELS / row["module"] / f"modeling_{row['module']}.py"
         assert extract(path.read_text(), row["cls"]) == _as_found(row), model
+
+
+def test_config_defaults_match_golden():
+    golden = json.loads((GOLDEN / "frontier_transformers.json").read_text())
+    found = golden["config_defaults"]
+    assert found == {f"{m}: {n}": v for (m, n), v in CONFIG_DEFAULTS.items()}
+
+
+@pytest.mark.skipif(not REF_MODELS.is_dir(), reason="transformers source not installed")
+def test_config_defaults_match_installed_transformers():
+    read = _golden_script().config_default
+    for (module, name), value in CONFIG_DEFAULTS.items():
+        path = REF_MODELS / module / f"configuration_{module}.py"
+        assert read(path.read_text(), name) == value, (module, name)
 
 
 def test_extractor_sees_guards_and_per_layer_attributes():

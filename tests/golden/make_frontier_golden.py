@@ -7,7 +7,8 @@ for the class named in the transcription, every call inside its methods to a fun
 whose name contains ``rotary`` or ``alibi``, with the condition of each ``if`` around
 that call (innermost first), whether such a condition reads an attribute that the
 class's ``__init__`` sets from ``layer_idx``, whether the file defines
-``apply_rotary_pos_emb``, and whether the class calls a sigmoid (an output gate).
+``apply_rotary_pos_emb``, and whether the class calls a sigmoid (an output gate); and,
+from ``configuration_<module>.py``, the defaults listed in ``CONFIG_DEFAULTS``.
 ``tests/test_frontier.py`` compares the transcription with this file always, and
 re-extracts from the installed source when it is there. Run it with the reference
 environment (transformers 5.24.0):
@@ -21,6 +22,7 @@ import ast
 import importlib.util
 import json
 import pathlib
+import re
 import sys
 
 
@@ -85,6 +87,24 @@ def position_calls(source: str, class_name: str) -> dict:
     return dict(calls=calls, defines_apply_rotary=defines, sigmoid_gate=bool(sigmoid))
 
 
+def config_default(source: str, name: str):
+    """The default of setting ``name`` in a configuration file's source: a dataclass
+    field (``name: type = value``), or ``kwargs.setdefault / kwargs.pop(name, value)``;
+    ``"kimi_k2 text model"``: the model type put in place of a ``kimi_k2`` text model.
+    """
+    if name == "kimi_k2 text model":
+        pattern = r'== "kimi_k2":\s*\n\s*self\.text_config\["model_type"\] = "(\w+)"'
+        return re.search(pattern, source).group(1)
+    for pattern in (
+        rf"^\s*{name}: [^=\n]+= (.+?)\s*(?:#.*)?$",
+        rf'kwargs\.(?:setdefault|pop)\("{name}", ([^)]+)\)',
+    ):
+        found = re.search(pattern, source, re.M)
+        if found:
+            return ast.literal_eval(found.group(1))
+    raise LookupError(f"no default for {name}")
+
+
 def main() -> None:
     import transformers
 
@@ -104,6 +124,11 @@ def main() -> None:
         path = root / row["module"] / f"modeling_{row['module']}.py"
         found = position_calls(path.read_text(), row["cls"])
         out["models"][model] = dict(module=row["module"], cls=row["cls"], **found)
+    out["config_defaults"] = {}
+    for module, name in frontier.CONFIG_DEFAULTS:
+        path = root / module / f"configuration_{module}.py"
+        value = config_default(path.read_text(), name)
+        out["config_defaults"][f"{module}: {name}"] = value
     dest = pathlib.Path(__file__).with_name("frontier_transformers.json")
     dest.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {dest} (transformers {transformers.__version__})")
