@@ -10,7 +10,8 @@ Shape letters: b batch, h heads, i/j query/key positions, n length, d head dim.
   there, and against ``tests/golden/frontier_transformers.json`` (written from that
   source by ``tests/golden/make_frontier_golden.py``) always.
 * ``CONFIG_DEFAULTS``: the configuration defaults the chapter quotes (layer patterns,
-  chunk sizes), checked the same way.
+  chunk sizes), and ``QUOTED_LINES``, the lines of model code it quotes, checked the
+  same way.
 * ``ssmax_weights``: Scalable-Softmax (Nakanishi, 2025), softmax of ``s log n`` times
   the scores, ``n`` the number of keys a query sees.
 * ``dca_offsets``: the relative positions Dual Chunk Attention (An et al., 2024) gives
@@ -27,6 +28,7 @@ import torch
 __all__ = [
     "MODEL_POSITION",
     "CONFIG_DEFAULTS",
+    "QUOTED_LINES",
     "ssmax_weights",
     "dca_offsets",
     "decay_recurrence",
@@ -212,6 +214,23 @@ CONFIG_DEFAULTS = {
     ("qwen3_next", "partial_rotary_factor"): 0.25,
     ("deepseek_v3", "qk_rope_head_dim"): 64,
     ("kimi_k25", "kimi_k2 text model"): "deepseek_v3",
+}
+
+
+# module -> lines of transformers 5.24's modeling_<module>.py that the chapter quotes,
+# verbatim (leading spaces stripped): the sink column of gpt-oss, the output gate of
+# Qwen3-Next, the temperature of Llama 4's NoPE layers.
+QUOTED_LINES = {
+    "gpt_oss": [
+        "combined_logits = torch.cat([attn_weights, sinks], dim=-1)",
+        "scores = probs[..., :-1]  # we drop the sink here",
+    ],
+    "qwen3_next": ["attn_output = attn_output * torch.sigmoid(gate)"],
+    "llama4": [
+        "if self.attn_temperature_tuning and not self.use_rope:",
+        "torch.log1p(torch.floor((positions.float() + 1.0) / self.floor_scale))"
+        " * self.attn_scale + 1.0",
+    ],
 }
 
 

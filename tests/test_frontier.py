@@ -13,6 +13,7 @@ from torch.testing import assert_close
 from posenc_lib.frontier import (
     CONFIG_DEFAULTS,
     MODEL_POSITION,
+    QUOTED_LINES,
     dca_offsets,
     decay_recurrence,
     ssmax_weights,
@@ -83,6 +84,18 @@ def test_config_defaults_match_installed_transformers():
     for (module, name), value in CONFIG_DEFAULTS.items():
         path = REF_MODELS / module / f"configuration_{module}.py"
         assert read(path.read_text(), name) == value, (module, name)
+
+
+def test_quoted_lines_occur_in_the_models_code():
+    golden = json.loads((GOLDEN / "frontier_transformers.json").read_text())
+    assert golden["quoted_lines"] == {
+        module: {line: True for line in lines} for module, lines in QUOTED_LINES.items()
+    }
+    if REF_MODELS.is_dir():
+        for module, lines in QUOTED_LINES.items():
+            text = (REF_MODELS / module / f"modeling_{module}.py").read_text()
+            present = {line.strip() for line in text.splitlines()}
+            assert all(line in present for line in lines), module
 
 
 def test_extractor_sees_guards_and_per_layer_attributes():

@@ -8,7 +8,8 @@ whose name contains ``rotary`` or ``alibi``, with the condition of each ``if`` a
 that call (innermost first), whether such a condition reads an attribute that the
 class's ``__init__`` sets from ``layer_idx``, whether the file defines
 ``apply_rotary_pos_emb``, and whether the class calls a sigmoid (an output gate); and,
-from ``configuration_<module>.py``, the defaults listed in ``CONFIG_DEFAULTS``.
+from ``configuration_<module>.py``, the defaults listed in ``CONFIG_DEFAULTS``; and
+whether each line of ``QUOTED_LINES`` occurs in ``modeling_<module>.py``.
 ``tests/test_frontier.py`` compares the transcription with this file always, and
 re-extracts from the installed source when it is there. Run it with the reference
 environment (transformers 5.24.0):
@@ -129,6 +130,11 @@ def main() -> None:
         path = root / module / f"configuration_{module}.py"
         value = config_default(path.read_text(), name)
         out["config_defaults"][f"{module}: {name}"] = value
+    out["quoted_lines"] = {}
+    for module, lines in frontier.QUOTED_LINES.items():
+        path = root / module / f"modeling_{module}.py"
+        present = {line.strip() for line in path.read_text().splitlines()}
+        out["quoted_lines"][module] = {line: line in present for line in lines}
     dest = pathlib.Path(__file__).with_name("frontier_transformers.json")
     dest.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {dest} (transformers {transformers.__version__})")
