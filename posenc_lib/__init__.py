@@ -39,7 +39,7 @@ from .model import TinyTransformer
 from .models_data import DEPLOYED_MODELS, model_table, spec_inv_freq
 from .positions import Positions
 from .plotting import COLORS, color_for, heatmap, set_plot_style
-from .registry import REGISTRY, make_encoding, register
+from .registry import NEEDS_MAX_LEN, REGISTRY, make_encoding, register
 from .taxonomy import four_term_table
 from .train import accuracy, evaluate, train
 from .utils import (
@@ -94,6 +94,7 @@ __all__ = [
     "heatmap",
     "set_plot_style",
     "REGISTRY",
+    "NEEDS_MAX_LEN",
     "make_encoding",
     "register",
     "four_term_table",
