@@ -27,6 +27,7 @@ from .decoding import (
 from .data import CharCorpus, MarkovSource, copy_offset_batch, stdlib_corpus
 from .encodings import *  # noqa: F401,F403  (every encoding module registers itself)
 from .encodings import __all__ as _encodings_all
+from .cache import KVCache
 from .layouts import half_to_interleaved, interleaved_to_half, layout_permutation
 from .measure import (
     BENCH_DIR,
@@ -94,6 +95,7 @@ __all__ = [
     "heatmap",
     "set_plot_style",
     "REGISTRY",
+    "KVCache",
     "NEEDS_MAX_LEN",
     "make_encoding",
     "register",
