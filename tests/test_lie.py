@@ -188,8 +188,8 @@ def test_dinov3_is_axial_rope_of_the_patch_index():
     )
     axial = pl.Rotary2D(d, base=100.0, layout="half").double()
     with torch.no_grad():
-        axial.freqs *= torch.tensor([4 * torch.pi / h, 4 * torch.pi / w]).double()[
-            :, None
-        ]
+        axial.freqs *= torch.tensor(
+            [4 * torch.pi / h, 4 * torch.pi / w], dtype=torch.float64
+        )[:, None]
     pos = pl.grid_positions(h, w)[None]
     assert_close(ours_q @ ours_k.transpose(-1, -2), scores(axial, q, k, pos))
