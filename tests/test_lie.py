@@ -72,6 +72,18 @@ def test_comrope_generators_commute_and_scores_depend_on_the_offset_only(name):
         assert_close(scores(pe, q, k, pos + torch.tensor(shift)), scores(pe, q, k, pos))
 
 
+def test_comrope_blocks_follow_the_authors_definitions():
+    """LD: block j of axis a is theta_{a j} (P_j - P_j^T); AP: block j only on axis
+    j mod a (Longin-Yu/ComRoPE, model.py, ComRoPELDAttention / ComRoPEAPAttention)."""
+    ld, ap = encodings()["comrope-ld"], pl.ComRoPE(16, 2, variant="ap", block_size=2)
+    base = ld.params - ld.params.transpose(-1, -2)  # (h, m, s, s)
+    assert_close(ld.blocks(), ld.theta[:, None, :, None, None] * base)
+    blocks = ap.blocks()  # (a, h, m, s, s)
+    for a in range(2):
+        for j in range(blocks.shape[2]):
+            assert bool(blocks[a, :, j].abs().sum() > 0) == (j % 2 == a)
+
+
 def test_liere_generators_do_not_commute_and_scores_move_with_the_origin():
     pe = encodings()["liere"]
     gens = pe.generators()

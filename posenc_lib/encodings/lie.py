@@ -216,7 +216,8 @@ class ComRoPE(_LieBase):
     """ComRoPE: commuting generators, block-diagonal in blocks of ``block_size``.
     ``"ld"``: block ``j`` of axis ``a`` is ``theta_{a j} (P_j - P_j^T)``; ``"ap"``:
     ``P_j - P_j^T`` on axis ``j mod n_axes``, 0 on the others. ``P`` starts
-    ``N(0, init_std^2)``, ``theta`` ``N(0, 1)``, as in the authors' ``reset_pe``."""
+    ``N(0, init_std^2)``, ``theta`` ``N(0, 1)``, as in the authors' ``reset_pe``
+    (their default ``init_std`` is 1, for coordinates in ``[0, 1]``)."""
 
     VARIANTS = ("ld", "ap")
 
