@@ -133,12 +133,13 @@ class _LieBase(PositionalEncoding):
         "position-position": "dropped (no position vector is added)",
     }
 
-    def __init__(self, d_head: int, n_heads: int, block_size: int, n_axes: int):
+    def __init__(self, d_head: int, n_heads: int, block_size: int):
         super().__init__()
+        n_axes = self.coord_axes  # (row, col): lie_rotation itself takes any number
         self.d_head = check_positive_int(d_head, "d_head")
         self.n_heads = check_positive_int(n_heads, "n_heads")
         self.block_size = check_positive_int(block_size, "block_size")
-        self.n_axes = check_positive_int(n_axes, "n_axes")
+        self.n_axes = n_axes
         if d_head % block_size:
             raise ValueError(
                 f"d_head must be divisible by block_size, got d_head={d_head}, "
@@ -197,14 +198,13 @@ class LieRE(_LieBase):
         d_head: int,
         n_heads: int,
         block_size: int | None = None,
-        n_axes: int = 2,
         init_std: float = 0.3,
         generator: torch.Generator | None = None,
     ):
         block_size = d_head if block_size is None else block_size
-        super().__init__(d_head, n_heads, block_size, n_axes)
+        super().__init__(d_head, n_heads, block_size)
         m = d_head // block_size
-        shape = (n_axes, n_heads, m, block_size, block_size)
+        shape = (self.n_axes, n_heads, m, block_size, block_size)
         self.params = nn.Parameter(torch.randn(shape, generator=generator) * init_std)
 
     def blocks(self):
@@ -226,12 +226,12 @@ class ComRoPE(_LieBase):
         d_head: int,
         n_heads: int,
         block_size: int = 4,
-        n_axes: int = 2,
         variant: str = "ld",
         init_std: float = 0.3,
         generator: torch.Generator | None = None,
     ):
-        super().__init__(d_head, n_heads, block_size, n_axes)
+        super().__init__(d_head, n_heads, block_size)
+        n_axes = self.n_axes
         if variant not in self.VARIANTS:
             raise ValueError(f"variant must be one of {self.VARIANTS}, got {variant!r}")
         m = d_head // block_size
