@@ -288,9 +288,9 @@ def main(argv=None) -> int:
         seconds=round(time.perf_counter() - started),
     )
     if old is not None:  # the run's own meta stays; the merged-in run is recorded
-        meta = {**old["meta"], "merged": [*old["meta"].get("merged", []), dict(
-            encodings=names, when=time.ctime(), **{k: meta[k] for k in ("torch", "seconds")}
-        )]}  # fmt: skip
+        added = dict(encodings=names, when=time.ctime(), torch=meta["torch"],
+                     seconds=meta["seconds"])  # fmt: skip
+        meta = {**old["meta"], "merged": [*old["meta"].get("merged", []), added]}
     out.with_suffix(".json").write_text(
         json.dumps(dict(meta=meta, rows=rows), indent=1, default=str) + "\n"
     )
