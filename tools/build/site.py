@@ -94,6 +94,13 @@ def main() -> int:
         flush=True,
     )
     if result.returncode == 0:
+        # The Colab edition: the notebooks in plain Markdown with the glued values of
+        # this build's executed notebooks (tools/build/colab_edition.py).
+        shutil.rmtree(BUILD / "colab", ignore_errors=True)
+        result = subprocess.run(
+            [sys.executable, "-m", "tools.build.colab_edition"], cwd=ROOT
+        )
+    if result.returncode == 0:
         BUILD.mkdir(exist_ok=True)
         STAMP.write_text(current)
         print(f"[build] open {BUILD / 'html' / 'index.html'}")
