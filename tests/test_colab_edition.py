@@ -154,3 +154,44 @@ def test_colab_edition_of_the_built_site_has_every_value(tmp_path):
         for html in rendered(tmp_path / f"{entry}.ipynb"):
             assert colab_edition.MISSING not in html, entry
             assert not leftovers(html), entry
+
+
+def test_values_come_from_the_builds_glue_json(tmp_path):
+    """myst-nb moves a build's glued outputs into ``<page>.glue.json`` next to the
+    executed notebook; the edition reads them from there."""
+    folder = tmp_path / "jupyter_execute" / "book" / "part3"
+    folder.mkdir(parents=True)
+    glue = {
+        name: {"output_type": "display_data", "data": {"text/plain": value}}
+        for name, value in (("alibi_fused_ratio", "'1.3'"), ("alibi_slow_ratio", "3.4"))
+    }
+    (folder / "alibi.glue.json").write_text(json.dumps(glue))
+    done = colab_edition.build(
+        tmp_path / "out",
+        executed=tmp_path / "jupyter_execute",
+        use_cache=False,
+        entries=["book/part3/alibi"],
+        log=lambda _: None,
+    )
+    assert done["book/part3/alibi"].substituted == 2
+    text = (tmp_path / "out" / "book" / "part3" / "alibi.ipynb").read_text()
+    assert "took 1.3 times" in text and "path 3.4 times" in text
+
+
+def test_the_launch_button_extension_changes_only_the_colab_branch():
+    from tools.build.colab_launch import _retarget
+
+    colab = (
+        "https://colab.research.google.com/github/posenc-course/"
+        "positional-encoding-course/blob/main/book/part3/alibi.ipynb"
+    )
+    buttons = [
+        {"type": "link", "url": "https://github.com/posenc-course/x"},
+        {"type": "group", "buttons": [{"type": "link", "text": "Colab", "url": colab}]},
+    ]
+    assert _retarget(buttons, "colab") == 1
+    assert buttons[1]["buttons"][0]["url"] == colab.replace("/main/", "/colab/")
+    assert buttons[0]["url"] == "https://github.com/posenc-course/x"
+    assert (
+        colab_edition.colab_url("book/part3/alibi") == buttons[1]["buttons"][0]["url"]
+    )

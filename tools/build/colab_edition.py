@@ -96,23 +96,29 @@ class MissingValue(LookupError):
 def glued_outputs(
     entry: str, executed: pathlib.Path | None, use_cache: bool = True
 ) -> dict[str, dict] | None:
-    """name -> the glued output's data (mime prefix removed), from the executed copy of
-    ``entry`` (``book/part3/alibi``): ``executed/<entry>.ipynb`` if it exists, else the
-    execution cache (if ``use_cache``), matched on the notebook's code. None when
-    neither has it."""
+    """name -> the glued output's data (mime prefix removed) of ``entry``
+    (``book/part3/alibi``), from the site build's executed copy: myst-nb moves the glued
+    outputs of ``executed/<entry>.ipynb`` into ``executed/<entry>.glue.json``; a
+    notebook that still holds them (``scrapbook`` metadata, as
+    tools/measure/seed_sweep.py's ``glued_values`` reads them) is read too. Without
+    an executed copy, the execution cache (if ``use_cache``), matched on the
+    notebook's code. None when there is no executed copy at all."""
     import nbformat
 
-    nb = None
+    nb, values = None, {}
     if executed is not None:
+        glue = executed / f"{entry}.glue.json"
+        if glue.exists():
+            for name, out in json.loads(glue.read_text()).items():
+                values[name] = dict(out.get("data", {}))
         path = executed / f"{entry}.ipynb"
         if path.exists():
             nb = nbformat.read(path, as_version=4)
-    if nb is None and use_cache and CACHE.exists():
+    if nb is None and not values and use_cache and CACHE.exists():
         nb = _from_cache(ROOT / f"{entry}.ipynb")
-    if nb is None:
+    if nb is None and not values:
         return None
-    values = {}
-    for cell in nb.cells:
+    for cell in nb.cells if nb is not None else []:
         for out in cell.get("outputs", []):
             meta = out.get("metadata", {}).get("scrapbook")
             if not meta:
