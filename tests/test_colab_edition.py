@@ -195,3 +195,15 @@ def test_the_launch_button_extension_changes_only_the_colab_branch():
     assert (
         colab_edition.colab_url("book/part3/alibi") == buttons[1]["buttons"][0]["url"]
     )
+
+
+def test_nested_fences_and_code_blocks():
+    text = (
+        "````{solution} ex-a\n:class: dropdown\nUse this:\n```python\nx = 1\n```\n"
+        "````\n\n```python\n# {footcite:p}`not_a_role` stays in code\n```\n"
+    )
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": [text]}]}
+    out, _ = colab_edition.convert(nb, "book/part3/alibi", 16, {}, {})
+    new = "".join(out["cells"][0]["source"])
+    assert "<details>" in new and "```python\nx = 1\n```\n\n</details>" in new
+    assert "# {footcite:p}`not_a_role` stays in code" in new

@@ -69,8 +69,10 @@ DIRECTIVE = re.compile(
     r"(?P<body>.*?)^(?P=fence)[ \t]*$",
     re.M | re.S,
 )
-CODE_FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})(?!\{)[^\n]*\n.*?^(?P=fence)[ \t]*$",
-                        re.M | re.S)  # fmt: skip
+# A code block that is not a directive (kept as it is).
+CODE_FENCE = re.compile(
+    r"^(?P<fence>`{3,}|~{3,})(?![`~{])[^\n]*\n.*?^(?P=fence)[ \t]*$", re.M | re.S
+)
 ROLE = re.compile(r"(?<!`)\{(?P<name>[\w:-]+)\}`(?P<text>[^`]*)`")
 OPTION = re.compile(r"^:[\w-]+:.*$")
 TARGET = re.compile(r"^\([\w.:-]+\)=[ \t]*\n?", re.M)
