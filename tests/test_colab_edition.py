@@ -207,3 +207,20 @@ def test_nested_fences_and_code_blocks():
     new = "".join(out["cells"][0]["source"])
     assert "<details>" in new and "```python\nx = 1\n```\n\n</details>" in new
     assert "# {footcite:p}`not_a_role` stays in code" in new
+
+
+def test_the_instructor_edition_holds_every_solution(edition):
+    """The answer key: every chapter, every solution, and a README that says so."""
+    import zipfile
+
+    path = colab_edition.instructor_zip(edition, ENTRIES)
+    with zipfile.ZipFile(path) as archive:
+        names = set(archive.namelist())
+        assert {f"{e}.ipynb" for e in ENTRIES} | {"README.md"} == names
+        assert "answer key" in archive.read("README.md").decode()
+        for entry in ENTRIES:
+            source = (ROOT / f"{entry}.ipynb").read_text()
+            solutions = len(re.findall(r"`{3,}\{solution\}", source))
+            assert archive.read(f"{entry}.ipynb").decode().count("<details>") >= (
+                solutions
+            ), entry

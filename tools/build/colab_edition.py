@@ -38,6 +38,10 @@ install cell stays first):
 
 tests/test_colab_edition.py renders every generated notebook as Colab does
 (CommonMark, no MyST) and fails on any MyST markup left.
+
+The **instructor edition** is the same notebooks, solutions included, zipped with a
+README (``OUT/posenc-instructor-notebooks.zip``): the teacher's answer key, which the
+site does not serve (the student edition is the one it serves, without solutions).
 """
 
 from __future__ import annotations
@@ -487,6 +491,33 @@ def build(
     return done
 
 
+INSTRUCTOR_ZIP = "posenc-instructor-notebooks.zip"
+INSTRUCTOR_README = """# Positional Encoding — instructor edition (answer key)
+
+Every chapter of the course as a notebook that Colab and Jupyter render as the website
+does, **with the solutions of every exercise** (under "Solution to Exercise N.k") and
+the measured numbers of the build it came from. This is the answer key: give students
+the student edition (linked from the teaching guide), which has none.
+
+Run locally: `pip install "git+{url}@{branch}"`, then open a notebook with Jupyter.
+"""
+
+
+def instructor_zip(out_dir: pathlib.Path, entries: list[str]) -> pathlib.Path:
+    """Zip the Colab-edition notebooks of ``entries`` (solutions kept) with a README."""
+    import zipfile
+
+    path = out_dir / INSTRUCTOR_ZIP
+    readme = INSTRUCTOR_README.format(
+        url=_config_value("url"), branch=_config_value("branch")
+    )
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("README.md", readme)
+        for entry in entries:
+            archive.write(out_dir / f"{entry}.ipynb", f"{entry}.ipynb")
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -512,6 +543,7 @@ def main() -> int:
     done = build(
         pathlib.Path(args.out), executed, args.allow_missing, entries, not args.executed
     )
+    instructor_zip(pathlib.Path(args.out), list(done))
     total = sum(c.substituted for c in done.values())
     print(f"wrote {len(done)} Colab notebooks to {args.out} ({total} glued values)")
     return 0
