@@ -16,11 +16,18 @@ from .attention import (
     prepare,
     reference_attention,
 )
-from .book import chapter_seeds, glue, seed_shift, show_source
+from .book import Sweep, chapter_seeds, glue, seed_shift, show_source
 from .base import FOUR_TERMS, HOOKS, Context, PositionalEncoding
+from .decoding import (
+    forward_with_cache,
+    padded_causal_mask,
+    positions_from_mask,
+    rope_attention_step,
+)
 from .data import CharCorpus, MarkovSource, copy_offset_batch, stdlib_corpus
 from .encodings import *  # noqa: F401,F403  (every encoding module registers itself)
 from .encodings import __all__ as _encodings_all
+from .layouts import half_to_interleaved, interleaved_to_half, layout_permutation
 from .measure import (
     BENCH_DIR,
     attention_benchmark,
@@ -29,9 +36,10 @@ from .measure import (
     tensor_memory,
 )
 from .model import TinyTransformer
+from .models_data import DEPLOYED_MODELS, model_table, spec_inv_freq
 from .positions import Positions
 from .plotting import COLORS, color_for, heatmap, set_plot_style
-from .registry import REGISTRY, make_encoding, register
+from .registry import NEEDS_MAX_LEN, REGISTRY, make_encoding, register
 from .taxonomy import four_term_table
 from .train import accuracy, evaluate, train
 from .utils import (
@@ -55,6 +63,7 @@ __all__ = [
     "count_host_syncs",
     "PositionalEncoding",
     "chapter_seeds",
+    "Sweep",
     "glue",
     "seed_shift",
     "show_source",
@@ -65,7 +74,17 @@ __all__ = [
     "MarkovSource",
     "copy_offset_batch",
     "stdlib_corpus",
+    "forward_with_cache",
+    "padded_causal_mask",
+    "positions_from_mask",
+    "rope_attention_step",
+    "interleaved_to_half",
+    "half_to_interleaved",
+    "layout_permutation",
     "TinyTransformer",
+    "DEPLOYED_MODELS",
+    "model_table",
+    "spec_inv_freq",
     "best_time",
     "tensor_memory",
     "attention_benchmark",
@@ -75,6 +94,7 @@ __all__ = [
     "heatmap",
     "set_plot_style",
     "REGISTRY",
+    "NEEDS_MAX_LEN",
     "make_encoding",
     "register",
     "four_term_table",

@@ -22,7 +22,7 @@ from torch import nn
 from .backends import BACKENDS
 from .base import Context, PositionalEncoding
 from .positions import Positions, as_positions
-from .utils import check_positive_int, check_qkv, is_4d
+from .utils import check_head_split, check_qkv, is_4d
 
 __all__ = [
     "attention",
@@ -186,13 +186,8 @@ class MultiHeadAttention(nn.Module):
         bias: bool = False,
     ):
         super().__init__()
-        self.d_model = check_positive_int(d_model, "d_model")
-        self.n_heads = check_positive_int(n_heads, "n_heads")
-        if d_model % n_heads:
-            raise ValueError(
-                f"d_model ({d_model}) must be divisible by n_heads ({n_heads})"
-            )
-        self.d_head = d_model // n_heads
+        self.d_head = check_head_split(d_model, n_heads)
+        self.d_model, self.n_heads = d_model, n_heads
         self.pe = pe if pe is not None else PositionalEncoding()
         self.w_q, self.w_k, self.w_v, self.w_o = (
             nn.Linear(d_model, d_model, bias=bias) for _ in range(4)

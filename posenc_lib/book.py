@@ -15,13 +15,15 @@
 
 from __future__ import annotations
 
+import csv
 import inspect
 import os
+import pathlib
 
-__all__ = ["chapter_seeds", "seed_shift", "glue", "show_source"]
+__all__ = ["chapter_seeds", "seed_shift", "glue", "show_source", "Sweep"]
 
 SEED_SHIFT_VAR = "POSENC_SEED_SHIFT"
-# seeds a chapter writes are below this; shift s owns [s * SEED_BLOCK, (s+1) * SEED_BLOCK)
+# chapters write seeds below this; shift s owns [s * SEED_BLOCK, (s + 1) * SEED_BLOCK)
 SEED_BLOCK = 1000
 # myst-nb's marker for values glued with display=False (myst_nb.ext.glue.GLUE_PREFIX)
 GLUE_PREFIX = "application/papermill.record/"
@@ -72,3 +74,80 @@ def show_source(obj) -> None:
     from IPython.display import Code, display
 
     display(Code(inspect.getsource(obj), language="python"))
+
+
+# ---- the committed seed sweeps (package data, so Colab reads them too) ----
+
+SWEEPS = pathlib.Path(__file__).parent / "data" / "sweeps"
+_META = ("shift", "status", "error", "seconds")
+
+
+class Sweep:
+    """The committed seed sweep of one chapter (``tools/measure/seed_sweep.py`` wrote
+    it): one row per shift, each run on its own seeds (``chapter_seeds``), with every
+    value the chapter glued.
+
+    ``Sweep("comparison").range("cmp_rope_rise")`` is the smallest and largest rise
+    of RoPE's loss over the sweep, as text (``('+0.52', '+0.87')``, say);
+    ``.count("cmp_rope_rise", lambda v: v > 0.4)`` in how many runs it exceeded 0.4.
+
+    ``glue()`` glues ``<chapter>_sweep_runs``, ``_passed`` and ``_shifts``, and for
+    every glued column ``<column>_min`` / ``<column>_max`` as the CSV wrote them, so the
+    prose quotes the sweep (``{glue:text}`cmp_rope_rise_min```), never a typed copy.
+    """
+
+    def __init__(self, chapter: str):
+        path = SWEEPS / f"{chapter}.csv"
+        if not path.exists():
+            known = sorted(p.stem for p in SWEEPS.glob("*.csv"))
+            raise ValueError(f"no sweep for chapter {chapter!r}; swept: {known}")
+        with path.open() as f:
+            self.rows = list(csv.DictReader(f))
+        self.chapter = chapter
+
+    @property
+    def runs(self) -> int:
+        return len(self.rows)
+
+    @property
+    def passed(self) -> int:
+        """Runs in which every cell (every assertion) of the chapter passed."""
+        return sum(r["status"] == "pass" for r in self.rows)
+
+    @property
+    def shifts(self) -> str:
+        s = sorted(int(r["shift"]) for r in self.rows)
+        contiguous = s == list(range(s[0], s[-1] + 1))
+        return f"{s[0]}–{s[-1]}" if contiguous else ", ".join(map(str, s))
+
+    def values(self, name: str) -> list[float]:
+        """The column ``name`` as numbers (runs that did not glue it are left out)."""
+        if not self.rows or name not in self.rows[0]:
+            cols = [c for c in (self.rows[0] if self.rows else {}) if c not in _META]
+            raise KeyError(f"{self.chapter} sweep has no column {name!r}; has {cols}")
+        return [float(r[name]) for r in self.rows if r.get(name) not in (None, "")]
+
+    def range(self, name: str) -> tuple[str, str]:
+        """(smallest, largest) of column ``name``, as the sweep wrote them."""
+        texts = [r[name] for r in self.rows if r.get(name) not in (None, "")]
+        self.values(name)  # checks the name
+        return min(texts, key=float), max(texts, key=float)
+
+    def count(self, name: str, holds) -> int:
+        """In how many runs ``holds(value)`` is true for column ``name``."""
+        return sum(bool(holds(v)) for v in self.values(name))
+
+    def glue(self) -> None:
+        """Glue the run counts and every numeric column's range (see the class)."""
+        glue(f"{self.chapter}_sweep_runs", self.runs)
+        glue(f"{self.chapter}_sweep_passed", self.passed)
+        glue(f"{self.chapter}_sweep_shifts", self.shifts)
+        for name in self.rows[0] if self.rows else ():
+            if name in _META:
+                continue
+            try:
+                lo, hi = self.range(name)
+            except ValueError:  # not a number (a label)
+                continue
+            glue(f"{name}_min", lo)
+            glue(f"{name}_max", hi)

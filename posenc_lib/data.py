@@ -122,7 +122,14 @@ class CharCorpus:
         return torch.tensor([self.stoi[ch] for ch in text], dtype=torch.long)
 
     def decode(self, ids: torch.Tensor) -> str:
-        return "".join(self.vocab[int(i)] for i in ids)
+        ids = [int(i) for i in ids]
+        bad = [i for i in ids if not 0 <= i < len(self.vocab)]
+        if bad:  # Python would read -1 as the last character, silently
+            raise ValueError(
+                f"ids must be in [0, {len(self.vocab)}) (the vocabulary), "
+                f"got {bad[:10]}"
+            )
+        return "".join(self.vocab[i] for i in ids)
 
     def batch(
         self, batch: int, length: int, generator: torch.Generator

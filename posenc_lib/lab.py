@@ -38,13 +38,13 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .base import HOOKS, PositionalEncoding, overrides
+from .base import HOOKS, overrides
 from .data import MarkovSource, stdlib_corpus
 from .model import TinyTransformer
 from .plotting import color_for
 from .registry import REGISTRY, make_encoding
 from .train import train
-from .utils import check_positive_int, get_device, seed_everything
+from .utils import check_head_split, check_positive_int, get_device, seed_everything
 
 __all__ = [
     "sequence_encodings",
@@ -119,13 +119,9 @@ class LabConfig:
                 "factors must be increasing and include 1 (the in-distribution "
                 f"reference), got {self.factors!r}"
             )
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if self.d_model % self.n_heads:
-            raise ValueError(
-                f"d_model ({self.d_model}) must be divisible by n_heads "
-                f"({self.n_heads})"
-            )
+        if not 0 < self.lr < math.inf:
+            raise ValueError(f"lr must be a finite number > 0, got {self.lr}")
+        check_head_split(self.d_model, self.n_heads)
 
     @property
     def lengths(self) -> tuple[int, ...]:

@@ -18,7 +18,7 @@ from typing import Callable, Hashable, Mapping
 
 import torch
 
-from .utils import check_bool_mask, compiling
+from .utils import check_bool_mask, check_integer, compiling
 
 __all__ = [
     "as_positions",
@@ -49,8 +49,7 @@ def normalize_positions(
         if isinstance(pos, (str, bytes)) or pos is None:
             raise TypeError(f"{name} must be integer positions {what}, got {pos!r}")
         pos = torch.as_tensor(pos, device=device)
-    if pos.is_floating_point() or pos.is_complex() or pos.dtype == torch.bool:
-        raise TypeError(f"{name} must hold integer positions, got dtype {pos.dtype}")
+    check_integer(pos, name)
     rank = 1 if axes is None else 2  # dims of one sequence's positions
     if pos.dim() == rank:
         pos = pos.unsqueeze(0)

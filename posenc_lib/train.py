@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Iterator
 
 import torch
@@ -45,6 +46,12 @@ def train(
     The learning rate warms up linearly for 5 % of the steps, then decays with a cosine.
     """
     check_positive_int(steps, "steps")
+    if not 0 < lr < math.inf:  # inf turns every parameter into -inf or NaN
+        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+    if not 0 <= weight_decay < math.inf:
+        raise ValueError(
+            f"weight_decay must be a finite number >= 0, got {weight_decay!r}"
+        )
     device = device or get_device()
     model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)

@@ -117,6 +117,18 @@ def check_nonnegative_int(value: object, name: str) -> int:
     return _check_int(value, name, 0)
 
 
+def check_head_split(d_model: object, n_heads: object) -> int:
+    """``d_model // n_heads`` after checking both are ints > 0 and the heads divide
+    the model dimension; a clear error naming both otherwise."""
+    check_positive_int(d_model, "d_model")
+    check_positive_int(n_heads, "n_heads")
+    if d_model % n_heads:
+        raise ValueError(
+            f"d_model ({d_model}) must be divisible by n_heads ({n_heads})"
+        )
+    return d_model // n_heads
+
+
 def check_shape(
     x: torch.Tensor, pattern: str, name: str = "tensor", **known: int
 ) -> dict[str, int]:
@@ -168,6 +180,30 @@ def check_bool_mask(mask: object, shape: tuple[int, ...], what: str) -> None:
             f"mask must be broadcastable to {what} {tuple(shape)}, got "
             f"{tuple(mask.shape)}"
         ) from None
+
+
+def check_integer(x: torch.Tensor, name: str, what: str = "positions") -> torch.Tensor:
+    """Raise a ``TypeError`` naming ``name`` unless ``x`` has an integer dtype (not
+    bool); a float position would be truncated or rotated by a wrong angle silently."""
+    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer {what}, got dtype {x.dtype}")
+    return x
+
+
+def check_heads(
+    t: torch.Tensor, owner: object, n_heads: int, d_head: int | None = None, name="q"
+) -> None:
+    """Raise unless ``t`` is ``(b, n_heads, n, d_head)``: the heads (and head size)
+    the encoding ``owner`` was built for."""
+    h_ok = t.dim() == 4 and t.shape[1] == n_heads
+    if not h_ok or (d_head is not None and t.shape[-1] != d_head):
+        d = "d" if d_head is None else d_head
+        raise ValueError(
+            f"{name} must have shape (b, {n_heads}, n, {d}): this "
+            f"{type(owner).__name__} was built for n_heads={n_heads}"
+            + ("" if d_head is None else f", d_head={d_head}")
+            + f"; got {tuple(t.shape)}"
+        )
 
 
 def is_4d(t) -> bool:

@@ -199,7 +199,7 @@ def test_bad_types_and_shapes_are_clear_errors():
         pl.alibi_slopes(4.0)
     with pytest.raises(TypeError, match="symmetric must be a bool"):
         pl.ALiBi(4, symmetric="yes")
-    with pytest.raises(ValueError, match=r"shape \(b, 4, i, d\)"):
+    with pytest.raises(ValueError, match=r"shape \(b, 4, n, d\)"):
         pl.ALiBi(4).score_bias(
             torch.zeros(1, 2, 3, 8), None, torch.arange(3)[None], torch.arange(3)[None]
         )

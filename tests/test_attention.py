@@ -289,10 +289,25 @@ class _Spy(pl.PositionalEncoding):
 
 
 def test_hooks_without_ctx_are_called_as_before_and_with_ctx_get_it():
-    assert pl.PositionalEncoding._ctx_hooks == frozenset()
-    assert _GridBias._ctx_hooks == frozenset()
-    assert _GateFromInput._ctx_hooks == {"score_bias"}
-    assert _Spy._ctx_hooks == {"transform_scores", "value_bias"}
+    """Behaviour, not the bookkeeping: a hook whose signature has no ``ctx`` is called
+    without it (it would raise TypeError otherwise); one with ``ctx`` receives the
+    call's Context, as a keyword-only or an ordinary parameter."""
+    q, k, v = qkv(i=4, j=4)
+    coords = torch.tensor([[0, 0], [0, 1], [1, 0], [1, 1]])
+    for path in ("slow", "fast"):
+        out = pl.attention(q, k, v, _GridBias(), q_pos=coords, k_pos=coords, path=path)
+        assert out.shape == v.shape
+        spy = _Spy()
+        pl.attention(q, k, v, spy, path="slow")
+        assert set(spy.seen) == {"transform_scores", "value_bias"}
+        assert all(isinstance(c, pl.Context) for c in spy.seen.values())
+    x = torch.randn(2, 4, 6)
+    gate = _GateFromInput(6)
+    with_x = pl.attention(q, k, v, gate, x=x)
+    plain = pl.attention(q, k, v, pl.NoPE())
+    assert not torch.allclose(with_x, plain)  # the gate read x through ctx
+    with pytest.raises(ValueError, match="_GateFromInput"):
+        pl.attention(q, k, v, gate)  # no x: ctx.need names the encoding
 
 
 def test_context_carries_x_v_the_combined_mask_and_inputs():

@@ -127,3 +127,165 @@ def test_setup_still_accepts_none_and_one():
     pl.setup(threads=None)
     pl.setup(threads=1)
     assert torch.get_num_threads() == 1
+
+
+# ---- the classes of the whole-API review (issue 19): one or more cases per class ----
+def _q(h=4, n=5, d=8):
+    return torch.randn(1, h, n, d)
+
+
+def _make(name, d_model=32, n_heads=4):
+    return pl.make_encoding(name, d_model=d_model, n_heads=n_heads, max_len=16)
+
+
+def _lab_config(**kw):
+    from posenc_lib.lab import LabConfig
+
+    return LabConfig(**kw)
+
+
+def _ids_decoded(ids):
+    corpus = pl.stdlib_corpus(modules=("os",))
+    return corpus.decode(torch.tensor(ids))
+
+
+CLASSES = {
+    # shapes that would broadcast where they should be refused
+    "positions of batch 2 for a call of batch 1": (
+        lambda: pl.attention(*(_q(),) * 3, pl.ALiBi(4), q_pos=torch.zeros(2, 5).long()),
+        ValueError,
+        "q_pos must have shape",
+    ),
+    "q with 1 head for a 4-head table (fast)": (
+        lambda: pl.attention(*(_q(h=1),) * 3, pl.ALiBi(4), path="fast"),
+        ValueError,
+        "built for n_heads=4",
+    ),
+    "q with 1 head for a 4-head table (slow)": (
+        lambda: pl.attention(*(_q(h=1),) * 3, _make("t5"), path="slow"),
+        ValueError,
+        "built for n_heads=4",
+    ),
+    # empty or degenerate input
+    "attention over no keys": (
+        lambda: pl.attention(_q(), torch.randn(1, 4, 0, 8), torch.randn(1, 4, 0, 8)),
+        ValueError,
+        "j",
+    ),
+    "a batch of no sequences": (
+        lambda: pl.TinyTransformer(8, 16, 2, 1)(torch.zeros(0, 5).long()),
+        ValueError,
+        "tokens",
+    ),
+    "lr=inf in the lab": (lambda: _lab_config(lr=math.inf), ValueError, "lr must be"),
+    "lr=inf in train": (
+        lambda: pl.train(torch.nn.Linear(1, 1), None, 1, lr=math.inf),
+        ValueError,
+        "lr must be a finite number",
+    ),
+    # non-finite values passed on
+    "RoPE base=inf": (
+        lambda: pl.Rotary(8, base=math.inf),
+        ValueError,
+        "base must be a finite number",
+    ),
+    "YaRN attention_factor=0": (
+        lambda: pl.rope_inv_freq(
+            8,
+            scaling="yarn",
+            factor=4.0,
+            original_max_position_embeddings=16,
+            attention_factor=0.0,
+        ),
+        ValueError,
+        "attention_factor must be a finite number > 0",
+    ),
+    # wrong dtypes taken
+    "rotate_half on integer x": (
+        lambda: pl.rotate_half(torch.arange(8)),
+        TypeError,
+        "x must be a floating-point tensor",
+    ),
+    "complex positions": (
+        lambda: pl.attention(*(_q(),) * 3, q_pos=torch.arange(5) + 0j),
+        TypeError,
+        "q_pos must hold integer positions",
+    ),
+    "a uint8 mask": (
+        lambda: pl.attention(*(_q(),) * 3, mask=torch.ones(5, 5, dtype=torch.uint8)),
+        TypeError,
+        "mask must be a bool tensor",
+    ),
+    "causal='False' (a truthy string)": (
+        lambda: pl.attention(*(_q(),) * 3, causal="False"),
+        TypeError,
+        "causal must be a bool",
+    ),
+    # registry and helpers
+    "rotate_half on odd d": (
+        lambda: pl.rotate_half(torch.randn(3, 7)),
+        ValueError,
+        "must be even",
+    ),
+    "an encoding registered under an empty name": (
+        lambda: pl.register("  "),
+        ValueError,
+        "non-empty string",
+    ),
+    "an encoding registered under a number": (
+        lambda: pl.register(3),
+        ValueError,
+        "non-empty string",
+    ),
+    "a negative id decoded": (
+        lambda: _ids_decoded([0, -1]),
+        ValueError,
+        "ids must be in [0,",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CLASSES))
+def test_each_class_of_the_review_gets_a_clear_error(case):
+    call, error, fragment = CLASSES[case]
+    with pytest.raises(error) as info:
+        call()
+    assert fragment in str(info.value), f"{case}: {info.value}"
+
+
+def test_half_precision_keeps_rope_frequencies_exact():
+    """After .half() / .to(bfloat16) the frequencies stay float64: position 2000
+    rotated in half precision is as close to float32 as the input's own rounding."""
+    q = torch.randn(1, 1, 2001, 64)
+    pos = torch.arange(2001)[None]
+    ref = pl.Rotary(64).transform_qk(q, q, pos, pos)[0][..., -1, :]
+    for dtype in (torch.float16, torch.bfloat16):
+        rope = pl.Rotary(64).to(dtype)
+        assert rope.inv_freq.dtype == torch.float64
+        out = rope.transform_qk(q.to(dtype), q.to(dtype), pos, pos)[0][..., -1, :]
+        rounding = (q.to(dtype).float() - q).abs().max()
+        assert (out.float() - ref).abs().max() < 2 * rounding + 1e-3
+
+
+def test_negative_positions_are_valid_rotations():
+    """Not an error: RoPE at -m rotates by -m theta (finite, and the relative
+    property holds across zero)."""
+    inv_freq = pl.rope_inv_freq(8)[0]
+    q, k = torch.randn(2, 1, 8)  # (n=1, d)
+
+    def s(m, n):
+        qm = pl.apply_rope(q, torch.tensor([m]), inv_freq)
+        return (qm * pl.apply_rope(k, torch.tensor([n]), inv_freq)).sum()
+
+    torch.testing.assert_close(s(-5, -2), s(3, 6))
+
+
+@pytest.mark.parametrize("name", ["alibi", "t5"])
+def test_one_call_gets_one_answer_on_every_path(name):
+    """A 4-head table called with 1 head: the same refusal from the reference, the
+    fused kernel and FlexAttention (not 4 heads, an error and head 0 only)."""
+    q = torch.randn(1, 1, 5, 8)
+    pe = _make(name)
+    for path in ("slow", "fast", "flex"):
+        with torch.no_grad(), pytest.raises(ValueError, match="built for n_heads=4"):
+            pl.attention(q, q, q, pe, path=path)

@@ -51,3 +51,28 @@ def test_glue_writes_the_output_myst_nb_reads(monkeypatch):
     assert pl.book.GLUE_PREFIX == GLUE_PREFIX
     with pytest.raises(ValueError, match="name must be a non-empty string"):
         pl.glue("", 1)
+
+
+def test_every_committed_sweep_has_ten_independent_runs():
+    for path in sorted(pl.book.SWEEPS.glob("*.csv")):
+        sweep = pl.Sweep(path.stem)
+        assert sweep.runs >= 10, path.name
+        shifts = [int(r["shift"]) for r in sweep.rows]
+        assert len(set(shifts)) == len(shifts) and 0 not in shifts, path.name
+
+
+def test_sweep_reads_ranges_and_counts_as_written(tmp_path, monkeypatch):
+    (tmp_path / "toy.csv").write_text(
+        "shift,status,error,seconds,acc,label\n"
+        "100,pass,,1.0,0.90,a\n101,fail,AssertionError: x,1.0,0.85,b\n"
+        "102,pass,,1.0,1.00,c\n"
+    )
+    monkeypatch.setattr(pl.book, "SWEEPS", tmp_path)
+    sweep = pl.Sweep("toy")
+    assert (sweep.runs, sweep.passed, sweep.shifts) == (3, 2, "100–102")
+    assert sweep.range("acc") == ("0.85", "1.00")
+    assert sweep.count("acc", lambda v: v >= 0.9) == 2
+    with pytest.raises(KeyError, match="no column 'loss'"):
+        sweep.values("loss")
+    with pytest.raises(ValueError, match="no sweep for chapter 'nope'"):
+        pl.Sweep("nope")

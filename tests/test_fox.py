@@ -299,7 +299,7 @@ def test_forgetting_attention_refuses_bad_calls():
         pl.attention(q, q, q, pe, causal=False, x=torch.zeros(1, 5, 8))
     with pytest.raises(ValueError, match=r"x must have shape \(b, n, 8\)"):
         pe.score_bias(q, q, pos, pos, ctx=pl.Context(x=torch.zeros(1, 5, 6)))
-    with pytest.raises(ValueError, match=r"q must have shape \(b, 2, i, d\)"):
+    with pytest.raises(ValueError, match=r"q must have shape \(b, 2, n, d\)"):
         pe.score_bias(torch.zeros(1, 3, 5, 4), q, pos, pos, ctx=pl.Context())
     with pytest.raises(ValueError, match="forget gate of every key"):
         k = torch.zeros(1, 2, 7, 4)

@@ -173,5 +173,5 @@ def test_bad_arguments_are_clear_errors():
             torch.arange(3)[None],
             torch.arange(3)[None],
         )
-    with pytest.raises(ValueError, match="q_pos must be an integer tensor"):
+    with pytest.raises(TypeError, match="q_pos must hold integer positions"):
         pl.huang_relative_index(torch.arange(3.0)[None], torch.arange(3)[None], 2)

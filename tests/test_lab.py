@@ -40,7 +40,7 @@ def test_config_defaults_and_lengths():
         (dict(factors=(1, 4, 2)), "increasing"),
         (dict(factors=(1, 2.5)), "ints >= 1"),
         (dict(factors=()), "non-empty"),
-        (dict(lr=0.0), "lr must be > 0"),
+        (dict(lr=0.0), "lr must be a finite number > 0"),
         (dict(d_model=30, n_heads=4), "divisible by n_heads"),
     ],
 )

@@ -103,7 +103,7 @@ def test_bad_arguments_are_clear_errors():
     with pytest.raises(ValueError, match="d_head=8"):
         pl.Rotary2D(8).transform_qk(torch.zeros(1, 2, 4, 4), torch.zeros(1, 2, 4, 4),
                                     pos, pos)  # fmt: skip
-    with pytest.raises(TypeError, match="integers"):
+    with pytest.raises(TypeError, match="integer coordinates"):
         pl.rotary_angles(pos.double(), pl.axial_frequencies(8))
     with pytest.raises(ValueError, match="a = 2 axes"):
         pl.rotary_angles(pos, pl.axial_frequencies(12, 3))

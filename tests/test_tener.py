@@ -158,7 +158,7 @@ def test_bad_arguments_are_clear_errors():
         pl.TENER(4, 2, variant="fastnlp")
     with pytest.raises(ValueError, match="needs d_head >= 4"):
         pl.tener_relative_sinusoid(torch.arange(3), 2, variant="code")
-    with pytest.raises(ValueError, match="built for 2 heads of size 8"):
+    with pytest.raises(ValueError, match="built for n_heads=2, d_head=8"):
         make().score_bias(
             torch.randn(1, 2, 3, 4),
             torch.randn(1, 2, 3, 4),

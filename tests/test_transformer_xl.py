@@ -153,7 +153,7 @@ def test_bad_arguments_are_clear_errors():
         pl.TransformerXL(7, 7)
     with pytest.raises(ValueError, match="divisible by n_heads"):
         pl.TransformerXL(8, 3)
-    with pytest.raises(ValueError, match="built for 2 heads of size 4"):
+    with pytest.raises(ValueError, match="built for n_heads=2, d_head=4"):
         make().score_bias(
             torch.randn(1, 4, 2, 2),
             torch.randn(1, 4, 2, 2),

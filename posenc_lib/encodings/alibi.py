@@ -27,7 +27,7 @@ import torch
 from ..base import PositionalEncoding
 from ..positions import relative_offsets
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_heads, check_positive_int
 
 __all__ = ["ALiBi", "alibi_slopes", "alibi_bias", "linear_bias"]
 
@@ -114,11 +114,7 @@ class ALiBi(PositionalEncoding):
     def score_bias(
         self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
     ) -> torch.Tensor:
-        if q.dim() != 4 or q.shape[1] != self.n_heads:
-            raise ValueError(
-                f"q must have shape (b, {self.n_heads}, i, d) for this ALiBi with "
-                f"n_heads={self.n_heads}, got {tuple(q.shape)}"
-            )
+        check_heads(q, self, self.n_heads)
         return alibi_bias(
             self.slopes.to(q.dtype), q_pos, k_pos, self.symmetric
         )  # (b, h, i, j)

@@ -28,7 +28,7 @@ from torch import nn
 
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_positive_int, compiling
+from ..utils import check_integer, check_positive_int, compiling
 
 __all__ = ["AxialPositionalEncoding", "axial_indices", "axial_shape"]
 
@@ -42,8 +42,7 @@ def axial_indices(
     ``s = pos // n1`` (``checked``: the caller has checked ``pos``)."""
     check_positive_int(n1, "n1")
     pos = torch.as_tensor(pos)
-    if pos.is_floating_point() or pos.is_complex() or pos.dtype == torch.bool:
-        raise TypeError(f"pos must hold integer positions, got dtype {pos.dtype}")
+    check_integer(pos, "pos")
     if not checked and pos.numel() and not compiling() and bool(pos.min() < 0):
         raise ValueError(f"pos must be >= 0, got a minimum of {int(pos.min())}")
     # r = n mod n1,  s = floor(n / n1)
@@ -168,7 +167,7 @@ def axial_shape(max_len: int) -> tuple[int, int]:
     return n1, -(-max_len // n1)
 
 
-@register("axial")
+@register("axial", needs_max_len=True)
 def _make(*, d_model: int, n_heads: int, max_len: int) -> AxialPositionalEncoding:
     if d_model < 2:
         raise ValueError(

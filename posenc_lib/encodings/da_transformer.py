@@ -23,7 +23,7 @@ from torch import nn
 from ..base import PositionalEncoding
 from ..positions import relative_offsets
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_heads, check_positive_int
 
 __all__ = ["DATransformer", "da_sigmoid"]
 
@@ -81,11 +81,7 @@ class DATransformer(PositionalEncoding):
     def transform_scores(
         self, scores: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
     ) -> torch.Tensor:
-        if scores.shape[1] != self.n_heads:
-            raise ValueError(
-                f"scores have {scores.shape[1]} heads, but this DATransformer was "
-                f"built for n_heads={self.n_heads}"
-            )
+        check_heads(scores, self, self.n_heads, name="scores")
         # omega = ReLU(s q.k) * R^ = ReLU(q.k) * R^ / sqrt(d)
         return torch.relu(scores) * self.coefficients(q_pos, k_pos).to(scores.dtype)
 

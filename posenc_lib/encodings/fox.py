@@ -30,7 +30,7 @@ from torch import nn
 
 from ..base import Context, PositionalEncoding, ScoreMod
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_heads, check_positive_int
 
 __all__ = ["ForgettingAttention", "forgetting_bias"]
 
@@ -182,11 +182,7 @@ class ForgettingAttention(PositionalEncoding):
     def _gates_of_call(self, q: torch.Tensor, k: torch.Tensor, ctx: Context):
         """The call's log gates ``(b, h, n)``, after checking that it is one FoX can
         serve: this head count, and the whole sequence (queries == keys)."""
-        if q.dim() != 4 or q.shape[1] != self.n_heads:
-            raise ValueError(
-                f"q must have shape (b, {self.n_heads}, i, d) for this "
-                f"ForgettingAttention with n_heads={self.n_heads}, got {tuple(q.shape)}"
-            )
+        check_heads(q, self, self.n_heads)
         if q.shape[2] != k.shape[2]:
             raise ValueError(
                 "ForgettingAttention needs the forget gate of every key, computed from "

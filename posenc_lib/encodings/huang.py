@@ -34,7 +34,7 @@ from torch import nn
 from ..base import PositionalEncoding
 from ..positions import relative_offsets
 from ..registry import register
-from ..utils import check_nonnegative_int, check_positive_int
+from ..utils import check_integer, check_nonnegative_int, check_positive_int
 
 __all__ = [
     "HuangMethod1",
@@ -59,11 +59,12 @@ def huang_relative_index(
     """
     check_nonnegative_int(max_distance, "max_distance")
     for name, t in (("q_pos", q_pos), ("k_pos", k_pos)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.is_floating_point():
+        if not isinstance(t, torch.Tensor) or t.dim() != 2:
             raise ValueError(
                 f"{name} must be an integer tensor of shape (b, n), got "
                 f"{getattr(t, 'shape', t)}"
             )
+        check_integer(t, name)
     rel = k_pos[:, None, :] - q_pos[:, :, None]  # (b, i, j): key - query
     if directional:
         return rel.clamp(-max_distance, max_distance) + max_distance
@@ -257,4 +258,4 @@ def _factory(method: int):
 
 
 for _m in (1, 2, 3, 4):
-    register(f"huang_m{_m}")(_factory(_m))
+    register(f"huang_m{_m}", needs_max_len=True)(_factory(_m))

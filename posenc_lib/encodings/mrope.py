@@ -41,8 +41,8 @@ import torch
 
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_positive_int
-from .rope import rotate_half
+from ..utils import check_integer, check_positive_int
+from .rope import KeepsFrequencies, rotate_half
 from .rope_scaling import rope_inv_freq
 
 __all__ = [
@@ -120,10 +120,7 @@ def _check_section(mrope_section) -> list[int]:
 def _check_coords(coords, name: str) -> torch.Tensor:
     if not isinstance(coords, torch.Tensor):
         coords = torch.as_tensor(coords)
-    if coords.is_floating_point() or coords.is_complex() or coords.dtype == torch.bool:
-        raise TypeError(
-            f"{name} must hold integer coordinates, got dtype {coords.dtype}"
-        )
+    check_integer(coords, name, "coordinates")
     if coords.dim() == 2:
         coords = coords[None]
     if coords.dim() != 3 or coords.shape[-1] != 3:
@@ -169,7 +166,7 @@ def apply_mrope(
     return x * cos + rotate_half(x) * sin  # (b, h, n, d)
 
 
-class MultimodalRotary(PositionalEncoding):
+class MultimodalRotary(KeepsFrequencies, PositionalEncoding):
     """M-RoPE: rotates queries and keys by their (t, h, w) coordinates
     (``transform_qk``); positions are ``(b, n, 3)``, no parameters, no length limit.
 

@@ -23,15 +23,17 @@ The frequency scalings (``rope_inv_freq``, ``ROPE_SCALINGS``) live in
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from ..base import PositionalEncoding
 from ..positions import position_facts
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_integer, check_positive_int
 from .rope_scaling import _check_d_head, _check_factor, rope_inv_freq
 
 __all__ = [
     "Rotary",
+    "RoPE",
     "DynamicRotary",
     "rotate_half",
     "rotate_every_two",
@@ -42,9 +44,22 @@ __all__ = [
 LAYOUTS = ("half", "interleaved")
 
 
+def _check_pairs(x: torch.Tensor) -> None:
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise TypeError(
+            "x must be a floating-point tensor (an integer one would be rotated to "
+            f"zeros), got {getattr(x, 'dtype', type(x).__name__)}"
+        )
+    if x.shape[-1] % 2:
+        raise ValueError(
+            f"x's last dimension must be even (it is rotated in pairs), got {x.shape}"
+        )
+
+
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     """``(x_1 .. x_{d/2}, x_{d/2+1} .. x_d) -> (-x_{d/2+1} .. -x_d, x_1 .. x_{d/2})``:
     pairs (i, i + d/2)."""
+    _check_pairs(x)
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
 
@@ -52,8 +67,23 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 def rotate_every_two(x: torch.Tensor) -> torch.Tensor:
     """``(x_1, x_2, x_3, x_4, ...) -> (-x_2, x_1, -x_4, x_3, ...)``: pairs (2i, 2i+1)
     (GPT-J's name)."""
+    _check_pairs(x)
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+class KeepsFrequencies(nn.Module):
+    """Keeps the ``inv_freq`` buffer in its own precision through ``.half()``,
+    ``.to(torch.bfloat16)`` and the like (it still follows ``.to(device)``): angles
+    ``m * theta`` at m = 2000 in float16 frequencies are wrong by up to ~0.7 rad.
+    The large libraries do the same (Hugging Face computes the angles in float32)."""
+
+    def _apply(self, fn, recurse=True):
+        kept = self._buffers.get("inv_freq")
+        out = super()._apply(fn, recurse)
+        if kept is not None:  # the device fn chose, the dtype we had
+            self._buffers["inv_freq"] = kept.to(self._buffers["inv_freq"].device)
+        return out
 
 
 def apply_rope(
@@ -64,6 +94,7 @@ def apply_rope(
     attention_factor: float = 1.0,
     cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None,
     checked: bool = False,
+    rotary_dim: int | None = None,
 ) -> torch.Tensor:
     """Rotate ``x`` ``(..., n, d)`` at integer ``positions`` ``(n,)``, or ``(b|1, n)``
     for ``x`` ``(b, n, d)`` or ``(b, h, n, d)``; same shape and dtype. ``cos_sin``:
@@ -74,9 +105,26 @@ def apply_rope(
     ``layout="half"`` and ``rotate_every_two`` for ``"interleaved"``; the result is
     multiplied by ``attention_factor``. Angles are computed in float64, then cast to
     ``x.dtype``.
+
+    ``rotary_dim`` r (partial rotary: GPT-NeoX ``rotary_pct``, Phi-3 and GLM
+    ``partial_rotary_factor``): rotate the first r coordinates with ``inv_freq`` of
+    shape ``(r/2,)`` in ``layout`` and pass the last d - r through unchanged; ``None``
+    is r = d.
     """
     if not checked:
-        positions = _check_rope_args(x, positions, inv_freq, layout)
+        positions = _check_rope_args(x, positions, inv_freq, layout, rotary_dim)
+    if rotary_dim is not None and rotary_dim != x.shape[-1]:
+        # (x_rot, x_pass) -> (R_m x_rot, x_pass)
+        rot = apply_rope(
+            x[..., :rotary_dim],
+            positions,
+            inv_freq,
+            layout,
+            attention_factor,
+            cos_sin,
+            checked=True,
+        )  # (..., n, r)
+        return torch.cat((rot, x[..., rotary_dim:]), dim=-1)  # (..., n, d)
     d = x.shape[-1]
     if cos_sin is None:
         cos_sin = rope_cos_sin(positions, inv_freq, layout, attention_factor, x.dtype)
@@ -98,7 +146,7 @@ def apply_rope(
     return out
 
 
-def _check_rope_args(x, positions, inv_freq, layout) -> torch.Tensor:
+def _check_rope_args(x, positions, inv_freq, layout, rotary_dim=None) -> torch.Tensor:
     """``apply_rope``'s checks; returns the positions as an int64 tensor."""
     if not isinstance(x, torch.Tensor) or x.dim() < 2:
         raise ValueError(
@@ -111,6 +159,18 @@ def _check_rope_args(x, positions, inv_freq, layout) -> torch.Tensor:
             "integer dtype are 0 and +-1, a silently wrong rotation"
         )
     n, d = x.shape[-2:]
+    if rotary_dim is not None:
+        if (
+            isinstance(rotary_dim, bool)
+            or not isinstance(rotary_dim, int)
+            or not 0 < rotary_dim <= d
+            or rotary_dim % 2
+        ):
+            raise ValueError(
+                f"rotary_dim must be an even integer in (0, d = {d}] (the first "
+                f"rotary_dim coordinates are rotated in pairs), got {rotary_dim!r}"
+            )
+        d = rotary_dim  # the checks below concern the rotated part
     if d % 2:
         raise ValueError(
             f"the last dimension of x (d = {d}) must be even for RoPE (coordinates are "
@@ -119,12 +179,7 @@ def _check_rope_args(x, positions, inv_freq, layout) -> torch.Tensor:
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     positions = torch.as_tensor(positions, device=x.device)
-    if (
-        positions.is_floating_point()
-        or positions.is_complex()
-        or positions.dtype == torch.bool
-    ):
-        raise TypeError(f"positions must hold integers, got dtype {positions.dtype}")
+    check_integer(positions, "positions")
     b = x.shape[0] if x.dim() >= 3 else 1
     if (
         positions.dim() not in (1, 2)
@@ -136,8 +191,9 @@ def _check_rope_args(x, positions, inv_freq, layout) -> torch.Tensor:
             f"{tuple(x.shape)}, got {tuple(positions.shape)}"
         )
     if not isinstance(inv_freq, torch.Tensor) or inv_freq.shape != (d // 2,):
+        what = "d" if rotary_dim is None else "rotary_dim"
         raise ValueError(
-            f"inv_freq must have shape ({d // 2},) for d = {d}, got "
+            f"inv_freq must have shape ({d // 2},) for {what} = {d}, got "
             f"{tuple(getattr(inv_freq, 'shape', ()))}"
         )
     return positions.long()
@@ -170,12 +226,13 @@ def rope_cos_sin(
     )
 
 
-class Rotary(PositionalEncoding):
+class Rotary(KeepsFrequencies, PositionalEncoding):
     """Rotates queries and keys by their positions (``transform_qk``); no parameters, no
     length limit.
 
     ``scaling`` and ``params`` select a frequency scaling from ``ROPE_SCALINGS`` (fixed
-    at build time).
+    at build time). ``rotary_dim`` r < d_head rotates only the first r coordinates of
+    each head (partial rotary, frequencies ``rope_inv_freq(r, base, ...)``).
     """
 
     four_terms = {
@@ -193,6 +250,7 @@ class Rotary(PositionalEncoding):
         base: float = 10000.0,
         layout: str = "half",
         scaling: str | None = None,
+        rotary_dim: int | None = None,
         **params,
     ):
         super().__init__()
@@ -204,7 +262,20 @@ class Rotary(PositionalEncoding):
             layout,
             scaling,
         )
-        inv_freq, self.attention_factor = rope_inv_freq(d_head, base, scaling, **params)
+        if rotary_dim is not None and (
+            isinstance(rotary_dim, bool)
+            or not isinstance(rotary_dim, int)
+            or not 0 < rotary_dim <= d_head
+            or rotary_dim % 2
+        ):
+            raise ValueError(
+                f"rotary_dim must be an even integer in (0, d_head = {d_head}], got "
+                f"{rotary_dim!r}"
+            )
+        self.rotary_dim = rotary_dim
+        inv_freq, self.attention_factor = rope_inv_freq(
+            rotary_dim or d_head, base, scaling, **params
+        )
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (d/2,) float64
 
     def _check(self, q: torch.Tensor, k: torch.Tensor | None = None) -> None:
@@ -222,19 +293,21 @@ class Rotary(PositionalEncoding):
 
     def _rotate(self, x: torch.Tensor, pos: torch.Tensor, which: str, ctx=None):
         args = (self.inv_freq, self.layout, self.attention_factor)
+        r = self.rotary_dim
         if ctx is None or ctx.positions is None:
-            return apply_rope(x, pos, *args)  # checks pos
+            return apply_rope(x, pos, *args, rotary_dim=r)  # checks pos
         # cos and sin depend on the positions only: once per forward pass, shared by
         # every layer (Hugging Face's rotary_emb(x, position_ids) does the same)
         cos_sin = ctx.positions.reuse(
             (self, which, x.dtype), lambda: rope_cos_sin(pos, *args, dtype=x.dtype)
         )
-        return apply_rope(x, pos, *args, cos_sin=cos_sin, checked=True)
+        return apply_rope(x, pos, *args, cos_sin=cos_sin, checked=True, rotary_dim=r)
 
     def extra_repr(self) -> str:
         return (
             f"d_head={self.d_head}, base={self.base:g}, layout={self.layout!r}, "
             f"scaling={self.scaling!r}"
+            + ("" if self.rotary_dim is None else f", rotary_dim={self.rotary_dim}")
         )
 
 
@@ -287,11 +360,14 @@ class DynamicRotary(Rotary):
         )
 
 
+RoPE = Rotary  # the name readers look for; REGISTRY["rope"] builds it
+
+
 @register("rope")
 def _make(*, d_model: int, n_heads: int, max_len: int) -> Rotary:
     return Rotary(d_model // n_heads)
 
 
-@register("rope_dynamic")
+@register("rope_dynamic", needs_max_len=True)
 def _make_dynamic(*, d_model: int, n_heads: int, max_len: int) -> DynamicRotary:
     return DynamicRotary(d_model // n_heads, original_max_position_embeddings=max_len)

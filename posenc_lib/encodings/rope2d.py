@@ -35,7 +35,7 @@ from torch import nn
 
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_heads, check_integer, check_positive_int
 from .rope import LAYOUTS, rotate_every_two, rotate_half
 from .rope_scaling import rope_inv_freq
 from .vit import check_coords, example_grid
@@ -111,8 +111,7 @@ def rotary_angles(coords: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
             "coords must be (b, n, a) coordinates, got shape "
             f"{tuple(getattr(coords, 'shape', ()))}"
         )
-    if coords.is_floating_point() or coords.is_complex() or coords.dtype == torch.bool:
-        raise TypeError(f"coords must hold integers, got dtype {coords.dtype}")
+    check_integer(coords, "coords", "coordinates")
     if freqs.dim() == 2:
         freqs = freqs[:, None]  # (a, 1, d/2): the same for every head
     if freqs.dim() != 3 or freqs.shape[0] != coords.shape[-1]:
@@ -234,11 +233,7 @@ class RotaryMixed(_Rotary2DBase):
         return self.freqs
 
     def transform_qk(self, q, k, q_pos, k_pos):
-        if q.shape[1] != self.n_heads:
-            raise ValueError(
-                f"q has {q.shape[1]} heads, but this RotaryMixed was built for "
-                f"n_heads={self.n_heads}"
-            )
+        check_heads(q, self, self.n_heads)
         return super().transform_qk(q, k, q_pos, k_pos)
 
     def extra_repr(self) -> str:

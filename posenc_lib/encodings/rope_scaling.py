@@ -258,6 +258,36 @@ def _longrope(
     return _default_inv_freq(d_head, base) / lam, float(attention_factor)
 
 
+def _proportional(
+    d_head: int,
+    base: float,
+    *,
+    partial_rotary_factor: float = 1.0,
+    factor: float = 1.0,
+) -> tuple[torch.Tensor, float]:
+    """p-RoPE (Barbero et al. 2025; Hugging Face "proportional", Gemma 4's global
+    layers): keep the k = floor(p d / 2) fastest frequencies of the full head and set
+    the d/2 - k slowest to zero, so their pairs are never rotated.
+
+    theta_i = base^(-2i/d) / factor  for i < k,   theta_i = 0  for k <= i < d/2
+
+    The exponent's denominator is the whole head d, not the rotated part 2k: unlike
+    partial rotary (GPT-NeoX, ``apply_rope(..., rotary_dim=r)`` with
+    ``rope_inv_freq(r, base)``), the kept frequencies are exactly those of full RoPE.
+    The result has d/2 entries, so ``apply_rope`` rotates the whole head (a zero
+    frequency is the identity).
+    """
+    p = partial_rotary_factor
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+        raise ValueError(f"partial_rotary_factor must be a number in [0, 1], got {p!r}")
+    factor = _check_factor(factor)
+    # k = floor(p d / 2), Hugging Face's int(p * d // 2)
+    k = int(p * d_head // 2)
+    theta = _default_inv_freq(d_head, base)  # (d/2,)
+    # theta_i for i < k, 0 for the d/2 - k slowest pairs, all divided by the factor
+    return torch.where(torch.arange(d_head // 2) < k, theta, 0.0) / factor, 1.0
+
+
 ROPE_SCALINGS: dict[str | None, Callable[..., tuple[torch.Tensor, float]]] = {
     None: _none,
     "linear": _linear,
@@ -266,6 +296,7 @@ ROPE_SCALINGS: dict[str | None, Callable[..., tuple[torch.Tensor, float]]] = {
     "yarn": _yarn,
     "llama3": _llama3,
     "longrope": _longrope,
+    "proportional": _proportional,
 }
 
 
@@ -280,8 +311,12 @@ def rope_inv_freq(
     ... )
     """
     _check_d_head(d_head)
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
-        raise ValueError(f"base must be a number > 1, got {base!r}")
+    if (
+        isinstance(base, bool)
+        or not isinstance(base, (int, float))
+        or not 1 < base < float("inf")
+    ):
+        raise ValueError(f"base must be a finite number > 1, got {base!r}")
     if scaling not in ROPE_SCALINGS:
         names = ", ".join(repr(k) for k in ROPE_SCALINGS)
         raise ValueError(f"scaling must be one of {names}; got {scaling!r}")
@@ -300,4 +335,11 @@ def rope_inv_freq(
     ]
     if missing:
         raise TypeError(f"scaling {scaling!r} needs the parameters {missing}")
-    return fn(d_head, float(base), **params)
+    inv_freq, attention_factor = fn(d_head, float(base), **params)
+    # a zero or infinite temperature makes every score 0 or inf: uniform or NaN weights
+    if not 0 < attention_factor < float("inf"):
+        raise ValueError(
+            f"attention_factor must be a finite number > 0, got {attention_factor!r} "
+            f"(scaling {scaling!r} with {params})"
+        )
+    return inv_freq, attention_factor

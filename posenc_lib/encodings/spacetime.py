@@ -35,7 +35,7 @@ from torch import nn
 
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_integer, check_positive_int
 
 __all__ = ["SpaceTimeEmbedding"]
 
@@ -80,8 +80,7 @@ class SpaceTimeEmbedding(PositionalEncoding):
 
     def check_positions(self, pos: torch.Tensor) -> None:
         """Raise unless ``pos`` is ``(b, n, 3)`` integers inside the tables."""
-        if pos.is_floating_point() or pos.is_complex() or pos.dtype == torch.bool:
-            raise TypeError(f"pos must hold integer coordinates, got dtype {pos.dtype}")
+        check_integer(pos, "pos", "coordinates")
         if pos.dim() != 3 or pos.shape[-1] != 3:
             raise ValueError(
                 f"pos must have shape (b, n, 3) = (t, h, w) per token, got "
@@ -120,7 +119,7 @@ class SpaceTimeEmbedding(PositionalEncoding):
         return f"d_model={self.d_model}, frames={t}, height={h}, width={w}"
 
 
-@register("spacetime")
+@register("spacetime", needs_max_len=True)
 def _make(*, d_model: int, n_heads: int, max_len: int) -> SpaceTimeEmbedding:
     # every coordinate of a video of at most max_len tokens is below max_len; the
     # spatial table then has max_len^2 rows (pass the real grid for a real model)

@@ -32,7 +32,7 @@ from torch import nn
 
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_heads, check_positive_int
 from .vit import _check_hw, check_coords, example_grid, grid_positions
 
 __all__ = ["swin_relative_position_index", "relative_index_2d", "SwinRelativeBias"]
@@ -105,11 +105,7 @@ class SwinRelativeBias(PositionalEncoding):
         nn.init.trunc_normal_(self.table, std=init_std)  # Swin's: cut at +-2, not 2 std
 
     def score_bias(self, q, k, q_pos, k_pos):
-        if q.shape[1] != self.n_heads:
-            raise ValueError(
-                f"q has {q.shape[1]} heads, but this SwinRelativeBias was built for "
-                f"n_heads={self.n_heads}"
-            )
+        check_heads(q, self, self.n_heads)
         q_pos, k_pos = (
             check_coords(q_pos, "SwinRelativeBias"),
             check_coords(k_pos, "SwinRelativeBias"),
@@ -151,7 +147,7 @@ class SwinRelativeBias(PositionalEncoding):
         return f"n_heads={self.n_heads}, window={self.window}, clamp={self.clamp}"
 
 
-@register("swin")
+@register("swin", needs_max_len=True)
 def _make(*, d_model: int, n_heads: int, max_len: int) -> SwinRelativeBias:
     side = min(7, max(1, int(max_len**0.5)))  # Swin's windows are 7 x 7
     return SwinRelativeBias(n_heads, (side, side))

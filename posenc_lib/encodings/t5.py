@@ -31,7 +31,7 @@ from torch import nn
 from ..base import PositionalEncoding
 from ..positions import relative_offsets
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_heads, check_integer, check_positive_int
 
 __all__ = ["T5RelativeBias", "t5_relative_bucket"]
 
@@ -49,15 +49,7 @@ def t5_relative_bucket(
     Hugging Face, so the bucket edges agree with theirs bit for bit.
     """
     relative_position = torch.as_tensor(relative_position)
-    if (
-        relative_position.is_floating_point()
-        or relative_position.is_complex()
-        or relative_position.dtype == torch.bool
-    ):
-        raise TypeError(
-            "relative_position must hold integer offsets, got dtype "
-            f"{relative_position.dtype}"
-        )
+    check_integer(relative_position, "relative_position", "offsets")
     if not isinstance(bidirectional, bool):
         raise TypeError(
             f"bidirectional must be a bool, got {type(bidirectional).__name__}"
@@ -148,11 +140,7 @@ class T5RelativeBias(PositionalEncoding):
     def score_bias(
         self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
     ) -> torch.Tensor:
-        if q.shape[1] != self.n_heads:
-            raise ValueError(
-                f"q has {q.shape[1]} heads, but this T5RelativeBias was built for "
-                f"n_heads={self.n_heads}"
-            )
+        check_heads(q, self, self.n_heads)
         # b_h[bucket(j - i)]
         buckets = self.buckets(q_pos, k_pos)  # (b|1, i, j)
         return self.bias[buckets].permute(0, 3, 1, 2).to(q.dtype)  # (b|1, h, i, j)

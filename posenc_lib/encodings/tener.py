@@ -26,7 +26,7 @@ from torch import nn
 from ..positions import position_facts
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_heads, check_positive_int
 from .sinusoidal import sinusoidal_encoding
 
 __all__ = ["TENER", "tener_relative_sinusoid"]
@@ -122,12 +122,8 @@ class TENER(PositionalEncoding):
         k_pos: torch.Tensor,
         ctx=None,
     ) -> torch.Tensor:
+        check_heads(q, self, self.n_heads, self.d_head)
         b, h, n_q, d = q.shape
-        if (h, d) != (self.n_heads, self.d_head):
-            raise ValueError(
-                f"q has {h} heads of size {d}, but this encoding was built for "
-                f"{self.n_heads} heads of size {self.d_head}"
-            )
         n_k = k.shape[2]
         offsets = q_pos[:, :, None] - k_pos[:, None, :]  # (b, i, j): t - j
         facts = position_facts(q_pos, k_pos, ctx)  # the offsets' range, no sync

@@ -30,7 +30,7 @@ from torch import nn
 from ..positions import position_facts
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_head_split, check_heads
 from .sinusoidal import sinusoidal_encoding
 
 __all__ = ["TransformerXL", "rel_shift"]
@@ -79,18 +79,13 @@ class TransformerXL(PositionalEncoding):
         self, d_model: int, n_heads: int, base: float = 10000.0, direct: bool = False
     ):
         super().__init__()
-        self.d_model = check_positive_int(d_model, "d_model")
-        self.n_heads = check_positive_int(n_heads, "n_heads")
-        if d_model % n_heads:
-            raise ValueError(
-                f"d_model ({d_model}) must be divisible by n_heads ({n_heads})"
-            )
+        self.d_head = check_head_split(d_model, n_heads)
+        self.d_model, self.n_heads = d_model, n_heads
         if d_model % 2:
             raise ValueError(
                 "d_model must be even for the sinusoid R (sin/cos pairs), got "
                 f"{d_model}"
             )
-        self.d_head = d_model // n_heads
         self.base = float(base)
         self.direct = bool(direct)
         self.w_r = nn.Linear(d_model, d_model, bias=False)  # W_{k,R}
@@ -113,12 +108,8 @@ class TransformerXL(PositionalEncoding):
         k_pos: torch.Tensor,
         ctx=None,
     ) -> torch.Tensor:
+        check_heads(q, self, self.n_heads, self.d_head)
         b, h, n_q, d = q.shape
-        if (h, d) != (self.n_heads, self.d_head):
-            raise ValueError(
-                f"q has {h} heads of size {d}, but this encoding was built for "
-                f"{self.n_heads} heads of size {self.d_head}"
-            )
         n_k = k.shape[2]
         # (c) u . k_j, the same for every query
         c = torch.einsum("hd,bhjd->bhj", self.u, k)[:, :, None, :]  # (b, h, 1, j)

@@ -86,6 +86,8 @@ def main() -> int:
         "--nitpick",
         "--keep-going",
     ]
+    # html_extra_path (the student edition) must exist, or the strict build warns
+    (ROOT / "_build" / "extra").mkdir(parents=True, exist_ok=True)
     result = subprocess.run(cmd, cwd=ROOT)
     print(
         f"[build_pages] exit {result.returncode}; open "
