@@ -241,6 +241,35 @@ class MultimodalRotary(KeepsFrequencies, PositionalEncoding):
         )
 
 
+def check_segments(segments, example: str) -> list[tuple[int, str, object]]:
+    """``(index, kind, size)`` of every segment of a mixed sequence, after checking
+    that ``segments`` is a non-empty list of (kind, size) pairs with kinds in
+    ``KINDS`` and a positive int count for text (the grids are checked by the caller,
+    which knows its kinds' shapes)."""
+    if not isinstance(segments, (list, tuple)) or not segments:
+        raise ValueError(
+            "segments must be a non-empty list of (kind, size) pairs, e.g. "
+            f"{example}, got {segments!r}"
+        )
+    checked = []
+    for index, segment in enumerate(segments):
+        if not isinstance(segment, (list, tuple)) or len(segment) != 2:
+            raise ValueError(
+                f"segments[{index}] must be a (kind, size) pair, got {segment!r}"
+            )
+        kind, size = segment
+        if kind not in KINDS:
+            raise ValueError(f"segments[{index}] has kind {kind!r}; kinds are {KINDS}")
+        if kind == "text" and (
+            isinstance(size, bool) or not isinstance(size, int) or size <= 0
+        ):
+            raise ValueError(
+                f"segments[{index}] ('text') needs a positive int count, got {size!r}"
+            )
+        checked.append((index, kind, size))
+    return checked
+
+
 def _grid(kind: str, size, index: int) -> tuple[int, int, int]:
     """(T, H, W) of a visual segment, checked."""
     where = f"segments[{index}] ({kind!r})"
@@ -290,26 +319,11 @@ def mrope_position_ids(
         raise ValueError(
             f"time_interval must be a finite number > 0, got {time_interval!r}"
         )
-    if not isinstance(segments, (list, tuple)) or not segments:
-        raise ValueError(
-            "segments must be a non-empty list of (kind, size) pairs, e.g. "
-            f"[('text', 5), ('image', (4, 6))], got {segments!r}"
-        )
     out, start = [], 0
-    for index, segment in enumerate(segments):
-        if not isinstance(segment, (list, tuple)) or len(segment) != 2:
-            raise ValueError(
-                f"segments[{index}] must be a (kind, size) pair, got {segment!r}"
-            )
-        kind, size = segment
-        if kind not in KINDS:
-            raise ValueError(f"segments[{index}] has kind {kind!r}; kinds are {KINDS}")
+    for index, kind, size in check_segments(
+        segments, "[('text', 5), ('image', (4, 6))]"
+    ):
         if kind == "text":
-            if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-                raise ValueError(
-                    f"segments[{index}] ('text') needs a positive int count, got "
-                    f"{size!r}"
-                )
             # text: (s + k, s + k, s + k), k = 0 .. n-1
             ids = (start + torch.arange(size))[:, None].expand(size, 3)  # (n, 3)
         else:

@@ -41,7 +41,7 @@ import torch
 from ..base import PositionalEncoding
 from ..registry import register
 from ..utils import check_positive_int
-from .mrope import KINDS, MultimodalRotary, _check_section, _grid
+from .mrope import MultimodalRotary, _check_section, _grid, check_segments
 from .rope import LAYOUTS
 from .rope2d import apply_rotary_angles, rotary_angles
 from .sincos2d import sinusoidal_2d_at
@@ -104,26 +104,10 @@ def videorope_position_ids(
     """
     merge = check_positive_int(spatial_merge_size, "spatial_merge_size")
     delta = _check_number(temporal_spacing, "temporal_spacing")
-    if not isinstance(segments, (list, tuple)) or not segments:
-        raise ValueError(
-            "segments must be a non-empty list of (kind, size) pairs, e.g. "
-            f"[('text', 5), ('video', (4, 6, 6))], got {segments!r}"
-        )
     out, start = [], 0.0
-    for index, segment in enumerate(segments):
-        if not isinstance(segment, (list, tuple)) or len(segment) != 2:
-            raise ValueError(
-                f"segments[{index}] must be a (kind, size) pair, got {segment!r}"
-            )
-        kind, size = segment
-        if kind not in KINDS:
-            raise ValueError(f"segments[{index}] has kind {kind!r}; kinds are {KINDS}")
+    example = "[('text', 5), ('video', (4, 6, 6))]"
+    for index, kind, size in check_segments(segments, example):
         if kind == "text":
-            if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-                raise ValueError(
-                    f"segments[{index}] ('text') needs a positive int count, got "
-                    f"{size!r}"
-                )
             # text: (s + k, s + k, s + k)
             t = start + torch.arange(size, dtype=torch.float64)
             ids = torch.stack([t, t, t], dim=-1)  # (n, 3)
