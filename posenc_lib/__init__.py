@@ -27,6 +27,7 @@ from .decoding import (
 from .data import CharCorpus, MarkovSource, copy_offset_batch, stdlib_corpus
 from .encodings import *  # noqa: F401,F403  (every encoding module registers itself)
 from .encodings import __all__ as _encodings_all
+from .cache import KVCache
 from .layouts import half_to_interleaved, interleaved_to_half, layout_permutation
 from .measure import (
     BENCH_DIR,
@@ -39,7 +40,7 @@ from .model import TinyTransformer
 from .models_data import DEPLOYED_MODELS, model_table, spec_inv_freq
 from .positions import Positions
 from .plotting import COLORS, color_for, heatmap, set_plot_style
-from .registry import REGISTRY, make_encoding, register
+from .registry import NEEDS_MAX_LEN, REGISTRY, make_encoding, register
 from .taxonomy import four_term_table
 from .train import accuracy, evaluate, train
 from .utils import (
@@ -94,6 +95,8 @@ __all__ = [
     "heatmap",
     "set_plot_style",
     "REGISTRY",
+    "KVCache",
+    "NEEDS_MAX_LEN",
     "make_encoding",
     "register",
     "four_term_table",

@@ -14,7 +14,7 @@ Shapes: q ``(b, h, i, d)``, k ``(b, h, j, d)``, v ``(b, h, j, e)``; positions
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import torch
 from torch import nn
@@ -23,6 +23,9 @@ from .backends import BACKENDS
 from .base import Context, PositionalEncoding
 from .positions import Positions, as_positions
 from .utils import check_head_split, check_qkv, is_4d
+
+if TYPE_CHECKING:
+    from .cache import KVCache
 
 __all__ = [
     "attention",
@@ -208,10 +211,13 @@ class MultiHeadAttention(nn.Module):
         return_weights: bool = False,
         inputs: Mapping[str, torch.Tensor] | None = None,
         positions: Positions | None = None,
+        cache: KVCache | None = None,
     ):
         """x ``(b, n, D)``, pos ``(n,)``/``(b|1, n)`` integers (or coordinates) ->
         ``(b, n, D)`` (and weights). ``positions``: prepared once for a whole model
-        (``TinyTransformer``), instead of ``pos``, ``causal``, ``mask``, ``inputs``."""
+        (``TinyTransformer``), instead of ``pos``, ``causal``, ``mask``, ``inputs``.
+        ``cache``: decode ``x`` (the new tokens, at ``pos`` or after the cached ones)
+        against every token the ``KVCache`` holds, and add them to it."""
         if (
             not isinstance(x, torch.Tensor)
             or x.dim() != 3
@@ -223,6 +229,13 @@ class MultiHeadAttention(nn.Module):
             )
         b, n, _ = x.shape
         q, k, v = (self._split(w(x)) for w in (self.w_q, self.w_k, self.w_v))
+        if cache is not None:  # the new queries against every key so far
+            if positions is not None or inputs is not None or causal is not True:
+                raise ValueError(
+                    "a KV cache decodes causally on its own positions: pass "
+                    "causal=True, and neither positions= nor inputs="
+                )
+            k, v, x, positions = cache.extend(self.pe, q, k, v, x, pos, mask)
         if positions is None:  # called on its own: the boundary
             check_qkv(q, k, v, scale_of(self.pe, q))
             positions = prepare(

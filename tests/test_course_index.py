@@ -34,3 +34,19 @@ def test_every_chapter_has_objectives_exercises_and_a_measured_cpu_time():
             f"{entry} has no measured run time: "
             f"run python -m tools.measure.time_notebooks {entry}.ipynb"
         )
+
+
+def test_welcome_page_and_guide_name_every_chapter_of_the_toc():
+    """The welcome page's chapter table and the teaching guide's sessions cannot go
+    stale: every chapter of _toc.yml is in both."""
+    from tools.authoring.colab_cell import toc_notebooks
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    intro = (root / "book" / "intro.md").read_text()
+    guide = (root / "book" / "teaching" / "guide.md").read_text()
+    for nb in toc_notebooks():
+        rel = nb.relative_to(root / "book").with_suffix("").as_posix()  # part3/rope
+        assert f"{{doc}}`{rel}`" in intro, f"book/intro.md's table lacks {rel}"
+        assert f"../{rel}.ipynb" in guide or f"book/{rel}" in guide, (
+            f"book/teaching/guide.md has no session for {rel}"
+        )

@@ -362,3 +362,26 @@ def test_causal_calls_follow_the_positions_or_refuse(name, kind):
             assert re.search(r"position|order|quer|key", str(error)), str(error)
             continue
         assert_close(out, expected)
+
+
+@pytest.mark.parametrize("name", sorted(pl.REGISTRY))
+def test_max_len_is_needed_only_where_it_is_used(name):
+    """``make_encoding(name, d_model, n_heads)`` builds every encoding that is not
+    sized by the training length, and refuses (naming max_len) those that are; a
+    factory that reads max_len without declaring it fails here."""
+    if name in pl.NEEDS_MAX_LEN:
+        with pytest.raises(TypeError, match=f"encoding '{name}' needs max_len"):
+            pl.make_encoding(name, 32, 4)
+        assert isinstance(pl.make_encoding(name, 32, 4, 16), pl.PositionalEncoding)
+    else:
+        built = pl.make_encoding(name, 32, 4)
+        sized = pl.make_encoding(name, 32, 4, max_len=16)
+        assert type(built) is type(sized)
+        assert [p.shape for p in built.parameters()] == [
+            p.shape for p in sized.parameters()
+        ]
+
+
+def test_the_names_readers_look_for():
+    assert pl.RoPE is pl.Rotary
+    assert type(pl.make_encoding("rope", 64, 4, 128)) is pl.RoPE

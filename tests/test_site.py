@@ -197,7 +197,8 @@ def test_chapter_page_renders_for_a_reader(open_page, entry):
 
 
 # What is cut off at the right edge: code cells whose lines do not fit their box,
-# display maths and tables wider than their box (allowed on a phone only where the box
+# printed outputs wider than their box on a laptop (on a phone they scroll), display
+# maths and tables wider than their box (allowed on a phone only where the box
 # scrolls, see _static/fit.css), and any horizontal overflow of the page itself.
 CLIPPED_JS = """(phone) => {
   const wide = (e) => e.scrollWidth > e.clientWidth + 1;
@@ -207,6 +208,12 @@ CLIPPED_JS = """(phone) => {
   if (page > 1) out.push(`the page is ${page}px wider than the window`);
   for (const e of document.querySelectorAll('div.cell_input pre')) {
     if (wide(e)) out.push('code: ' + e.innerText.split('\\n')[0].slice(0, 60));
+  }
+  for (const e of document.querySelectorAll('div.cell_output pre')) {
+    if (!phone && wide(e)) {
+      const line = e.innerText.split('\\n').find((l) => l.length > 88) || '';
+      out.push(`output ${e.scrollWidth}px in ${e.clientWidth}px: ` + line.slice(0, 60));
+    }
   }
   const boxes = 'mjx-container[display="true"], article table';
   for (const e of document.querySelectorAll(boxes)) {

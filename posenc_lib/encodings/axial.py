@@ -167,7 +167,7 @@ def axial_shape(max_len: int) -> tuple[int, int]:
     return n1, -(-max_len // n1)
 
 
-@register("axial")
+@register("axial", needs_max_len=True)
 def _make(*, d_model: int, n_heads: int, max_len: int) -> AxialPositionalEncoding:
     if d_model < 2:
         raise ValueError(

@@ -204,7 +204,7 @@ class CoPE(PositionalEncoding):
         return f"d_head={self.d_head}, n_positions={self.n_positions}"
 
 
-@register("cope")
+@register("cope", needs_max_len=True)
 def _make(*, d_model: int, n_heads: int, max_len: int) -> CoPE:
     # p_ij <= i - j + 1 <= max_len: max_len + 1 rows (0 .. max_len) never clamp within
     # the training length, the authors' default (``cope_npos = block_size + 1``)

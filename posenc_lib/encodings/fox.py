@@ -180,17 +180,20 @@ class ForgettingAttention(PositionalEncoding):
         return F.logsigmoid(self.gate(x)).transpose(1, 2)  # (b, h, n)
 
     def _gates_of_call(self, q: torch.Tensor, k: torch.Tensor, ctx: Context):
-        """The call's log gates ``(b, h, n)``, after checking that it is one FoX can
-        serve: this head count, and the whole sequence (queries == keys)."""
+        """The log gates ``(b, h, j)`` of every key, from the keys' layer inputs
+        ``ctx.x`` ``(b, j, D)``, after checking that the call is one FoX can serve:
+        this head count, and queries that are the last ``i`` of the keys (the whole
+        sequence, or a ``KVCache`` call)."""
         check_heads(q, self, self.n_heads)
-        if q.shape[2] != k.shape[2]:
+        x = ctx.need("x", "ForgettingAttention")  # (b, j, D)
+        if x.shape[1] != k.shape[2] or q.shape[2] > k.shape[2]:
             raise ValueError(
                 "ForgettingAttention needs the forget gate of every key, computed from "
-                f"x: call it on the whole sequence (i == j), got {q.shape[2]} queries "
-                f"and {k.shape[2]} keys"
+                "the keys' layer inputs x: call it on the whole sequence (i == j), or "
+                f"through MultiHeadAttention with a KVCache; got {q.shape[2]} queries, "
+                f"{k.shape[2]} keys and x of {x.shape[1]} tokens"
             )
-        x = ctx.need("x", "ForgettingAttention")  # (b, i, D)
-        return self.log_forget_gates(x)  # (b, h, n)
+        return self.log_forget_gates(x)  # (b, h, j)
 
     def score_bias(
         self,
@@ -200,8 +203,9 @@ class ForgettingAttention(PositionalEncoding):
         k_pos: torch.Tensor,
         ctx: Context,
     ) -> torch.Tensor:
-        log_f = self._gates_of_call(q, k, ctx)  # (b, h, n)
-        return _bias(log_f, k_pos)  # (b, h, i, j), gated in position order
+        log_f = self._gates_of_call(q, k, ctx)  # (b, h, j)
+        # every key as a query, then the rows of the queries: the last i keys
+        return _bias(log_f, k_pos)[..., -q.shape[2] :, :]  # (b, h, i, j)
 
     def score_mod(
         self, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: Context
@@ -227,11 +231,13 @@ class ForgettingAttention(PositionalEncoding):
         hi = c.to(work)  # (b, h, n)
         lo = (c - hi.double()).to(work)  # (b, h, n), |lo| <= half an ulp of hi
 
+        first = n - q.shape[2]  # query t is key first + t (the last i keys)
+
         def mod(score, b, h, q_idx, kv_idx):
             # D_ij = c_i - c_j = (hi_i - hi_j) + (lo_i - lo_j)
-            d_hi = hi[b, h, q_idx] - hi[b, h, kv_idx]
-            d_lo = lo[b, h, q_idx] - lo[b, h, kv_idx]
-            before = rank[b, kv_idx] <= rank[b, q_idx]  # key j <= query i by position
+            d_hi = hi[b, h, first + q_idx] - hi[b, h, kv_idx]
+            d_lo = lo[b, h, first + q_idx] - lo[b, h, kv_idx]
+            before = rank[b, kv_idx] <= rank[b, first + q_idx]  # key j <= query i
             return torch.where(before, score + (d_hi + d_lo), float("-inf"))
 
         return mod

@@ -258,4 +258,4 @@ def _factory(method: int):
 
 
 for _m in (1, 2, 3, 4):
-    register(f"huang_m{_m}")(_factory(_m))
+    register(f"huang_m{_m}", needs_max_len=True)(_factory(_m))

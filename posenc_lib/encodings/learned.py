@@ -79,6 +79,6 @@ class LearnedAbsolute(PositionalEncoding):
         return f"max_len={self.max_len}, d_model={self.d_model}"
 
 
-@register("learned")
+@register("learned", needs_max_len=True)
 def _make(*, d_model: int, n_heads: int, max_len: int) -> LearnedAbsolute:
     return LearnedAbsolute(max_len, d_model)

@@ -33,6 +33,7 @@ from .rope_scaling import _check_d_head, _check_factor, rope_inv_freq
 
 __all__ = [
     "Rotary",
+    "RoPE",
     "DynamicRotary",
     "rotate_half",
     "rotate_every_two",
@@ -359,11 +360,14 @@ class DynamicRotary(Rotary):
         )
 
 
+RoPE = Rotary  # the name readers look for; REGISTRY["rope"] builds it
+
+
 @register("rope")
 def _make(*, d_model: int, n_heads: int, max_len: int) -> Rotary:
     return Rotary(d_model // n_heads)
 
 
-@register("rope_dynamic")
+@register("rope_dynamic", needs_max_len=True)
 def _make_dynamic(*, d_model: int, n_heads: int, max_len: int) -> DynamicRotary:
     return DynamicRotary(d_model // n_heads, original_max_position_embeddings=max_len)

@@ -119,7 +119,7 @@ class SpaceTimeEmbedding(PositionalEncoding):
         return f"d_model={self.d_model}, frames={t}, height={h}, width={w}"
 
 
-@register("spacetime")
+@register("spacetime", needs_max_len=True)
 def _make(*, d_model: int, n_heads: int, max_len: int) -> SpaceTimeEmbedding:
     # every coordinate of a video of at most max_len tokens is below max_len; the
     # spatial table then has max_len^2 rows (pass the real grid for a real model)

@@ -147,7 +147,7 @@ class SwinRelativeBias(PositionalEncoding):
         return f"n_heads={self.n_heads}, window={self.window}, clamp={self.clamp}"
 
 
-@register("swin")
+@register("swin", needs_max_len=True)
 def _make(*, d_model: int, n_heads: int, max_len: int) -> SwinRelativeBias:
     side = min(7, max(1, int(max_len**0.5)))  # Swin's windows are 7 x 7
     return SwinRelativeBias(n_heads, (side, side))

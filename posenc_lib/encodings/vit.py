@@ -201,7 +201,7 @@ class VitLearned(PositionalEncoding):
         return f"grid={self.grid}, d_model={self.d_model}"
 
 
-@register("vit_learned")
+@register("vit_learned", needs_max_len=True)
 def _make(*, d_model: int, n_heads: int, max_len: int) -> VitLearned:
     side = math.isqrt(max_len - 1) + 1  # the smallest square grid with max_len cells
     return VitLearned((side, side), d_model)

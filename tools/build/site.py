@@ -93,14 +93,20 @@ def main() -> int:
         f"{time.time() - start:.0f} s",
         flush=True,
     )
-    if result.returncode == 0:
-        BUILD.mkdir(exist_ok=True)
-        STAMP.write_text(current)
-        print(f"[build] open {BUILD / 'html' / 'index.html'}")
-    else:
+    if result.returncode != 0:
         STAMP.unlink(
             missing_ok=True
         )  # never trust a cache that a failed build may have half-written
+        return result.returncode
+    BUILD.mkdir(exist_ok=True)
+    STAMP.write_text(current)
+    print(f"[build] open {BUILD / 'html' / 'index.html'}")
+    # The Colab edition: the notebooks in plain Markdown, with the values glued by
+    # this build's executed notebooks (tools/build/colab_edition.py).
+    shutil.rmtree(BUILD / "colab", ignore_errors=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.build.colab_edition"], cwd=ROOT
+    )
     return result.returncode
 
 

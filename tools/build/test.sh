@@ -13,7 +13,7 @@ mkdir -p _build/logs
 start=$(date +%s)
 
 echo "== 1/3 unit and hygiene tests (the site build runs beside them, see 2/3)"
-"$PY" -m pytest tests/test_notebooks.py -m build -q -rs \
+"$PY" -m pytest tests/test_notebooks.py tests/test_colab_edition.py -m build -q -rs \
   > _build/logs/notebooks.log 2>&1 &
 build_pid=$!
 unit_status=0

@@ -105,6 +105,11 @@ def main(argv=None) -> int:
         help="largest n for the slow (explicit scores) path; it grows as n^2",
     )  # fmt: skip
     parser.add_argument("--out", type=pathlib.Path, help="CSV path (JSON beside it)")
+    parser.add_argument(
+        "--merge", action="store_true",
+        help="keep the other encodings' rows of --out (an encoding added later); "
+        "the merged rows are marked in their note",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     _reexec_with_mmap_threshold()
 
@@ -249,6 +254,23 @@ def main(argv=None) -> int:
         "fb_ms", "fwd_peak_mib", "fb_peak_mib", "fb_peak_x", "cache_mib",
         "compile_s", "note",
     ]  # fmt: skip
+    old = None
+    if args.merge and out.with_suffix(".json").exists():
+        old = json.loads(out.with_suffix(".json").read_text())
+        for row in rows:
+            if row["encoding"] in names:
+                row["note"] = "; ".join(
+                    filter(None, [row.get("note"), f"measured later ({time.ctime()})"])
+                )
+        kept = [
+            r for r in old["rows"]
+            if r["encoding"] not in names and r["encoding"] != "sdpa (reference)"
+        ]  # fmt: skip
+        rows = (
+            kept
+            + [r for r in rows if r["encoding"] != "sdpa (reference)"]
+            + [r for r in old["rows"] if r["encoding"] == "sdpa (reference)"]
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="") as f:
         writer = csv.DictWriter(f, fields)
@@ -265,6 +287,10 @@ def main(argv=None) -> int:
         reference="F.scaled_dot_product_attention(q, k, v, is_causal=True)",
         seconds=round(time.perf_counter() - started),
     )
+    if old is not None:  # the run's own meta stays; the merged-in run is recorded
+        added = dict(encodings=names, when=time.ctime(), torch=meta["torch"],
+                     seconds=meta["seconds"])  # fmt: skip
+        meta = {**old["meta"], "merged": [*old["meta"].get("merged", []), added]}
     out.with_suffix(".json").write_text(
         json.dumps(dict(meta=meta, rows=rows), indent=1, default=str) + "\n"
     )

@@ -3,15 +3,15 @@
     python -m tools.measure.seed_sweep book/part4/cope.ipynb --shifts 100-109
     python -m tools.measure.seed_sweep book/part3/alibi.ipynb --shifts 7 13 21
 
-Every chapter takes its seeds from ``pl.chapter_seeds(...)``, which adds the environment
-variable ``POSENC_SEED_SHIFT`` to them (shift s owns seeds s * 1000 .. s * 1000 + 999, so
-no two runs share a seed). This tool executes the notebook once per shift (top to
-bottom, as the test command does), and writes one row per shift to
+Every chapter takes its seeds from ``pl.chapter_seeds(...)``, which moves them by the
+environment variable ``POSENC_SEED_SHIFT`` (shift s owns seeds s * 1000 .. s * 1000 +
+999, so no two runs share a seed). This tool executes the notebook once per shift (top
+to bottom, as the test command does), and writes one row per shift to
 ``posenc_lib/data/sweeps/<notebook>.csv`` (package data, read by ``pl.Sweep``, so a
 chapter glues the ranges it quotes, in Colab too): whether every cell passed, the
-first failing assertion, and every value the notebook glued (``pl.glue``). Rows for the same shift are replaced; others are kept.
-Run on demand (minutes per chapter), not in the test command. Print a summary with
-``--summary``.
+first failing assertion, and every value the notebook glued (``pl.glue``). Rows for
+the same shift are replaced; others are kept. Run on demand (minutes per chapter), not
+in the test command. Print a summary with ``--summary``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,84 @@
+"""The KV-cache contract: decoding token by token through ``MultiHeadAttention`` with a
+``KVCache`` gives what one causal forward pass over the whole sequence gives, for every
+registered sequence encoding that can serve a cached call; the others refuse it with
+the reason, never answer silently wrong."""
+
+import re
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import posenc_lib as pl
+
+D_MODEL, N_HEADS = 16, 2
+
+
+def _sequence_encodings():
+    names = []
+    for name in sorted(pl.REGISTRY):
+        pe = pl.make_encoding(name, D_MODEL, N_HEADS, max_len=32)
+        if pe.coord_axes is None and not pe.side_inputs:
+            names.append(name)
+    return names
+
+
+def _decode(attn, x, pos, steps):
+    """Feed ``x`` (b, n, D) in chunks of ``steps`` tokens through one cache."""
+    cache, outs, start = pl.KVCache(), [], 0
+    for size in steps:
+        chunk = slice(start, start + size)
+        outs.append(attn(x[:, chunk], pos[chunk], causal=True, cache=cache))
+        start += size
+    assert len(cache) == x.shape[1]
+    return torch.cat(outs, dim=1)
+
+
+@pytest.mark.parametrize("name", _sequence_encodings())
+def test_cached_decoding_equals_the_full_forward_or_is_refused(name):
+    torch.manual_seed(0)
+    pe = pl.make_encoding(name, D_MODEL, N_HEADS, max_len=32)
+    attn = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe).double()
+    x = torch.randn(2, 9, D_MODEL, dtype=torch.float64)
+    pos = torch.arange(3, 12)  # not starting at 0: positions, not token counts
+    full = attn(x, pos, causal=True)
+    try:
+        prompt_then_tokens = _decode(attn, x, pos, [4, 1, 1, 2, 1])
+    except ValueError as error:  # a refusal says what the call lacks
+        assert re.search(r"quer|key|cache|whole sequence", str(error)), str(error)
+        return
+    assert_close(prompt_then_tokens, full)
+    assert_close(_decode(attn, x, pos, [1] * 9), full)
+
+
+def test_default_positions_continue_after_the_cache():
+    torch.manual_seed(0)
+    attn = pl.MultiHeadAttention(D_MODEL, N_HEADS, pl.make_encoding("rope", 16, 2))
+    x = torch.randn(1, 5, D_MODEL)
+    cache = pl.KVCache()
+    out = torch.cat([attn(x[:, :3], causal=True, cache=cache),
+                     attn(x[:, 3:], causal=True, cache=cache)], 1)  # fmt: skip
+    assert_close(out, attn(x, causal=True))
+    assert cache.pos.tolist() == [[0, 1, 2, 3, 4]]
+
+
+def test_fox_caches_the_gates_of_every_token():
+    """FoX needs the forget gate of every token between query and key: the cache
+    keeps the keys' layer inputs, so a single new token sees the decay of all."""
+    torch.manual_seed(1)
+    attn = pl.MultiHeadAttention(D_MODEL, N_HEADS, pl.make_encoding("fox", 16, 2))
+    x = torch.randn(1, 6, D_MODEL)
+    assert_close(_decode(attn, x, torch.arange(6), [1] * 6), attn(x, causal=True))
+
+
+def test_a_bad_cached_call_is_refused_and_leaves_the_cache_unchanged():
+    attn = pl.MultiHeadAttention(D_MODEL, N_HEADS, pl.make_encoding("alibi", 16, 2))
+    cache = pl.KVCache()
+    attn(torch.randn(1, 3, D_MODEL), causal=True, cache=cache)
+    with pytest.raises(ValueError, match="decodes causally"):
+        attn(torch.randn(1, 1, D_MODEL), causal=False, cache=cache)
+    with pytest.raises(TypeError, match="integer positions"):
+        attn(torch.randn(1, 1, D_MODEL), torch.tensor([3.0]), causal=True, cache=cache)
+    with pytest.raises(ValueError, match="one cache per layer"):
+        attn(torch.randn(2, 1, D_MODEL), causal=True, cache=cache)
+    assert len(cache) == 3

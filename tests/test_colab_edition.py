@@ -1,0 +1,226 @@
+"""The Colab edition (tools/build/colab_edition.py) shows the course in Colab, not MyST.
+
+Colab renders a Markdown cell as CommonMark (plus GFM tables) with MathJax over the
+result; it knows no MyST. Each generated notebook is rendered that way here
+(markdown-it-py in commonmark mode, with the ``$…$`` maths protected as Colab protects
+it) and the rendered HTML must show no raw role (``{footcite:p}`key```), no directive
+fence (a code block whose language is ``{exercise}``), no ``:label:``/``:class:`` line,
+no ``{glue`` text and no ``(label)=`` target.
+
+The first variant writes the edition with ``--allow-missing`` (no executed notebooks:
+glued numbers become a "run the notebook" note), so it runs in the ordinary test
+command. The ``build`` variant reads the site build's executed notebooks
+(``_build/jupyter_execute``) and checks that every glued value was substituted.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+
+import pytest
+from markdown_it import MarkdownIt
+from mdit_py_plugins.dollarmath import dollarmath_plugin
+
+from tools.build import colab_edition
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+ENTRIES = [
+    p.relative_to(ROOT).with_suffix("").as_posix()
+    for p in colab_edition.toc_notebooks()
+]
+RAW = [
+    (re.compile(r"\{[a-z][\w:-]*\}<code>"), "a MyST role"),
+    (re.compile(r'<code class="language-\{'), "a directive fence"),
+    (re.compile(r"(^|>)\s*:(label|class|tags|name):", re.M), "a directive option"),
+    (re.compile(r"\{glue"), "a glue role"),
+    (re.compile(r"\{footbibliography\}|\{bibliography\}"), "a bibliography directive"),
+    (re.compile(r"^<p>\([\w.:-]+\)=</p>$", re.M), "a MyST target"),
+]
+
+
+def colab_markdown() -> MarkdownIt:
+    """CommonMark with GFM tables, maths kept for MathJax: what Colab renders."""
+    return MarkdownIt("commonmark").enable("table").use(dollarmath_plugin)
+
+
+@pytest.fixture(scope="module")
+def edition(tmp_path_factory) -> pathlib.Path:
+    out = tmp_path_factory.mktemp("colab")
+    colab_edition.build(out, executed=None, allow_missing=True, use_cache=False,
+                        log=lambda _: None)  # fmt: skip
+    return out
+
+
+def rendered(path: pathlib.Path) -> list[str]:
+    md = colab_markdown()
+    cells = json.loads(path.read_text())["cells"]
+    return [
+        md.render("".join(c["source"])) for c in cells if c["cell_type"] == "markdown"
+    ]
+
+
+def leftovers(html: str) -> list[str]:
+    found = []
+    for pattern, what in RAW:
+        for m in pattern.finditer(html):
+            found.append(f"{what}: …{html[max(0, m.start() - 60) : m.end() + 40]}…")
+    return found
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_colab_edition_has_no_myst(edition, entry):
+    path = edition / f"{entry}.ipynb"
+    source = json.loads((ROOT / f"{entry}.ipynb").read_text())
+    colab = json.loads(path.read_text())
+    # code cells unchanged and in order, the install cell first
+    assert [c["source"] for c in colab["cells"] if c["cell_type"] == "code"] == [
+        c["source"] for c in source["cells"] if c["cell_type"] == "code"
+    ]
+    assert "google.colab" in "".join(colab["cells"][0]["source"])
+    problems = [p for html in rendered(path) for p in leftovers(html)]
+    assert not problems, "\n".join(problems[:10])
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_colab_edition_keeps_exercises_solutions_and_references(edition, entry):
+    source = "\n".join(
+        "".join(c["source"])
+        for c in json.loads((ROOT / f"{entry}.ipynb").read_text())["cells"]
+        if c["cell_type"] == "markdown"
+    )
+    html = "\n".join(rendered(edition / f"{entry}.ipynb"))
+    chapter = dict(
+        (e, k) for k, (_, e) in enumerate(colab_edition.numbered_chapters(), start=1)
+    ).get(entry)
+    n = len(re.findall(r"^`{3,}\{exercise\}", source, re.M))
+    for k in range(1, n + 1):
+        assert f"<strong>Exercise {chapter}.{k}" in html, f"Exercise {chapter}.{k}"
+    assert html.count("<details>") == len(
+        re.findall(r"^`{3,}\{solution\}", source, re.M)
+    )
+    if "{footbibliography}" in source:
+        cited = set(re.findall(r"\{(?:foot)?cite:?[pt]?\}`([^`]*)`", source))
+        assert cited and html.count("<li>") >= 1
+        assert "et al." in html or " (" in html
+
+
+def test_citations_and_glue_are_rewritten():
+    bib = colab_edition.load_bib()
+    nb = {
+        "cells": [
+            {"cell_type": "markdown", "metadata": {}, "source": [
+                "(sec-x)=\n## X\n\nALiBi {footcite:p}`press2022train` took "
+                "{glue:text}`ratio:.1f` times; {footcite:t}`press2022train` say so; "
+                "{math}`x^2`.\n\n```{admonition} Erratum: a title\n:class: warning\n"
+                "Body.\n```\n\n```{footbibliography}\n```\n"
+            ]},
+        ],
+        "metadata": {},
+    }  # fmt: skip
+    glued = {"ratio": {"text/plain": "'1.2345'"}}
+    out, conv = colab_edition.convert(nb, "book/part3/alibi", 16, glued, bib)
+    text = "".join(out["cells"][0]["source"])
+    assert "(Press et al., 2022)" in text and "Press et al. (2022) say" in text
+    assert "took 1.2 times" in text and "$x^2$" in text
+    assert "> **Erratum: a title**\n>\n> Body." in text
+    assert "- Press, O., Smith, N. A., and Lewis, M. (2022). Train Short" in text
+    assert "(sec-x)=" not in text and conv.substituted == 1 and not conv.missing
+
+
+def test_missing_values_fail_without_allow_missing(tmp_path):
+    with pytest.raises(SystemExit, match="needs the executed notebooks"):
+        colab_edition.build(
+            tmp_path,
+            executed=tmp_path / "none",
+            use_cache=False,
+            entries=["book/part3/alibi"],
+            log=lambda _: None,
+        )
+
+
+@pytest.mark.build
+def test_colab_edition_of_the_built_site_has_every_value(tmp_path):
+    """After `make site`: every glued value of every chapter is in the Colab edition."""
+    executed = ROOT / "_build" / "jupyter_execute"
+    if not executed.exists():
+        pytest.fail("no _build/jupyter_execute: build the site first (make site)")
+    done = colab_edition.build(tmp_path, executed=executed, log=lambda _: None)
+    # tools/build/site.py wrote the same edition after the build
+    assert all((ROOT / "_build" / "colab" / f"{e}.ipynb").exists() for e in ENTRIES)
+    assert all(not conv.missing for conv in done.values())
+    for entry in ENTRIES:
+        for html in rendered(tmp_path / f"{entry}.ipynb"):
+            assert colab_edition.MISSING not in html, entry
+            assert not leftovers(html), entry
+
+
+def test_values_come_from_the_builds_glue_json(tmp_path):
+    """myst-nb moves a build's glued outputs into ``<page>.glue.json`` next to the
+    executed notebook; the edition reads them from there."""
+    folder = tmp_path / "jupyter_execute" / "book" / "part3"
+    folder.mkdir(parents=True)
+    glue = {
+        name: {"output_type": "display_data", "data": {"text/plain": value}}
+        for name, value in (("alibi_fused_ratio", "'1.3'"), ("alibi_slow_ratio", "3.4"))
+    }
+    (folder / "alibi.glue.json").write_text(json.dumps(glue))
+    done = colab_edition.build(
+        tmp_path / "out",
+        executed=tmp_path / "jupyter_execute",
+        use_cache=False,
+        entries=["book/part3/alibi"],
+        log=lambda _: None,
+    )
+    assert done["book/part3/alibi"].substituted == 2
+    text = (tmp_path / "out" / "book" / "part3" / "alibi.ipynb").read_text()
+    assert "took 1.3 times" in text and "path 3.4 times" in text
+
+
+def test_the_launch_button_extension_changes_only_the_colab_branch():
+    from tools.build.colab_launch import _retarget
+
+    colab = (
+        "https://colab.research.google.com/github/posenc-course/"
+        "positional-encoding-course/blob/main/book/part3/alibi.ipynb"
+    )
+    buttons = [
+        {"type": "link", "url": "https://github.com/posenc-course/x"},
+        {"type": "group", "buttons": [{"type": "link", "text": "Colab", "url": colab}]},
+    ]
+    assert _retarget(buttons, "colab") == 1
+    assert buttons[1]["buttons"][0]["url"] == colab.replace("/main/", "/colab/")
+    assert buttons[0]["url"] == "https://github.com/posenc-course/x"
+    assert (
+        colab_edition.colab_url("book/part3/alibi") == buttons[1]["buttons"][0]["url"]
+    )
+
+
+def test_nested_fences_and_code_blocks():
+    text = (
+        "````{solution} ex-a\n:class: dropdown\nUse this:\n```python\nx = 1\n```\n"
+        "````\n\n```python\n# {footcite:p}`not_a_role` stays in code\n```\n"
+    )
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": [text]}]}
+    out, _ = colab_edition.convert(nb, "book/part3/alibi", 16, {}, {})
+    new = "".join(out["cells"][0]["source"])
+    assert "<details>" in new and "```python\nx = 1\n```\n\n</details>" in new
+    assert "# {footcite:p}`not_a_role` stays in code" in new
+
+
+def test_the_instructor_edition_holds_every_solution(edition):
+    """The answer key: every chapter, every solution, and a README that says so."""
+    import zipfile
+
+    path = colab_edition.instructor_zip(edition, ENTRIES)
+    with zipfile.ZipFile(path) as archive:
+        names = set(archive.namelist())
+        assert {f"{e}.ipynb" for e in ENTRIES} | {"README.md"} == names
+        assert "answer key" in archive.read("README.md").decode()
+        for entry in ENTRIES:
+            source = (ROOT / f"{entry}.ipynb").read_text()
+            solutions = len(re.findall(r"`{3,}\{solution\}", source))
+            assert archive.read(f"{entry}.ipynb").decode().count("<details>") >= (
+                solutions
+            ), entry
