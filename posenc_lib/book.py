@@ -55,7 +55,7 @@ def chapter_seeds(*seeds: int) -> list[int]:
     return [s + seed_shift() * SEED_BLOCK for s in seeds]
 
 
-def glue(name: str, value, display: bool = False) -> None:
+def glue(name: str, value, display: bool = False, from_sweep: bool = False) -> None:
     """Store ``value`` under ``name`` for ``{glue:text}`` in the prose (as myst-nb's
     ``glue`` does, with the same output format); shows it only when ``display``."""
     from IPython.core.formatters import format_display_data
@@ -66,6 +66,8 @@ def glue(name: str, value, display: bool = False) -> None:
     bundle, metadata = format_display_data(value)
     prefix = "" if display else GLUE_PREFIX
     metadata["scrapbook"] = dict(name=name, mime_prefix=prefix)
+    if from_sweep:  # read from a committed sweep, not made by this run: seed_sweep
+        metadata["posenc_from_sweep"] = True  # does not record it as a run's value
     ipy_display({prefix + k: v for k, v in bundle.items()}, raw=True, metadata=metadata)
 
 
@@ -138,10 +140,13 @@ class Sweep:
         return sum(bool(holds(v)) for v in self.values(name))
 
     def glue(self) -> None:
-        """Glue the run counts and every numeric column's range (see the class)."""
-        glue(f"{self.chapter}_sweep_runs", self.runs)
-        glue(f"{self.chapter}_sweep_passed", self.passed)
-        glue(f"{self.chapter}_sweep_shifts", self.shifts)
+        """Glue the run counts and every numeric column's range (see the class),
+        marked as read from the sweep, so a re-run of the sweep does not record them
+        as the run's own values. A count computed from the sweep in a chapter
+        (``sweep.count``) is glued with ``pl.glue(name, n, from_sweep=True)``."""
+        glue(f"{self.chapter}_sweep_runs", self.runs, from_sweep=True)
+        glue(f"{self.chapter}_sweep_passed", self.passed, from_sweep=True)
+        glue(f"{self.chapter}_sweep_shifts", self.shifts, from_sweep=True)
         for name in self.rows[0] if self.rows else ():
             if name in _META:
                 continue
@@ -149,5 +154,5 @@ class Sweep:
                 lo, hi = self.range(name)
             except ValueError:  # not a number (a label)
                 continue
-            glue(f"{name}_min", lo)
-            glue(f"{name}_max", hi)
+            glue(f"{name}_min", lo, from_sweep=True)
+            glue(f"{name}_max", hi, from_sweep=True)

@@ -46,8 +46,8 @@ def glued_values(nb) -> dict[str, str]:
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             meta = out.get("metadata", {}).get("scrapbook")
-            if not meta:
-                continue
+            if not meta or out["metadata"].get("posenc_from_sweep"):
+                continue  # not glued, or read from the committed sweep (pl.Sweep)
             data = out.get("data", {})
             text = data.get(meta.get("mime_prefix", "") + "text/plain")
             if text is not None:
