@@ -1,4 +1,5 @@
-"""``TinyTransformer``: a small pre-LayerNorm transformer, one encoding in every block.
+"""``TinyTransformer``: a small pre-LayerNorm transformer, one encoding in every block
+(or a list of them, one per block: the hybrids of Part VII).
 
 tokens ``(b, n)`` -> embedding ``(b, n, D)`` -> ``pe.encode_input`` -> N blocks
 (attention with ``pe``'s hooks, then an MLP) -> LayerNorm -> LM head -> logits
@@ -14,7 +15,7 @@ import torch
 from torch import nn
 
 from .attention import MultiHeadAttention, prepare
-from .base import Context, PositionalEncoding
+from .base import Context, PositionalEncoding, overrides
 from .positions import Positions
 from .utils import check_positive_int, compiling
 
@@ -39,6 +40,37 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
+def _check_layer_encodings(pe, n_layers: int, share_pe: bool) -> list:
+    """A list of ``n_layers`` encodings, one per block, or a clear error."""
+    if len(pe) != n_layers:
+        raise ValueError(
+            f"pe as a list must hold one encoding per layer: n_layers={n_layers}, "
+            f"got {len(pe)}"
+        )
+    if not share_pe:
+        raise ValueError(
+            "share_pe=False copies one encoding per block; with a list of encodings "
+            "pass distinct objects instead (the same object twice is shared)"
+        )
+    for layer, p in enumerate(pe):
+        if not isinstance(p, PositionalEncoding):
+            raise TypeError(
+                f"pe[{layer}] must be a PositionalEncoding, got {type(p).__name__}"
+            )
+        if layer and p is not pe[0] and overrides(p, "encode_input"):
+            raise ValueError(
+                f"pe[{layer}] ({type(p).__name__}) overrides encode_input, but only "
+                "pe[0] encodes the input; put that encoding first"
+            )
+        if p.coord_axes is not None:
+            raise ValueError(
+                f"a list of encodings takes sequence encodings (positions (b, n)); "
+                f"pe[{layer}] ({type(p).__name__}) reads coordinates "
+                f"(coord_axes={p.coord_axes})"
+            )
+    return list(pe)
+
+
 class TinyTransformer(nn.Module):
     """A language model small enough to train on a laptop CPU in seconds.
 
@@ -47,6 +79,14 @@ class TinyTransformer(nn.Module):
     layers. ``share_pe=False`` gives each block its own copy instead, as Shaw et al. and
     Transformer-XL learn their relative tables per layer (block 0 keeps ``pe`` itself,
     which also serves ``encode_input``).
+
+    ``pe`` may also be a list or tuple of ``n_layers`` encodings, block l using
+    ``pe[l]``: Llama 4's three RoPE layers to one NoPE layer, SmolLM3's NoPE every
+    fourth layer. The same object may appear several times (then those blocks share
+    it). ``pe[0]`` encodes the input, so no other block's encoding may override
+    ``encode_input``; all of them must be sequence encodings (no ``coord_axes``).
+    The positions are checked once per forward pass, against every
+    layer's requirements (``causal_only``, ``side_inputs``).
     """
 
     def __init__(
@@ -55,7 +95,7 @@ class TinyTransformer(nn.Module):
         d_model: int = 64,
         n_heads: int = 4,
         n_layers: int = 2,
-        pe: PositionalEncoding | None = None,
+        pe: PositionalEncoding | list[PositionalEncoding] | None = None,
         d_ff: int | None = None,
         share_pe: bool = True,
     ):
@@ -64,13 +104,19 @@ class TinyTransformer(nn.Module):
         check_positive_int(n_layers, "n_layers")
         check_positive_int(d_model, "d_model")
         check_positive_int(n_heads, "n_heads")
-        self.pe = pe if pe is not None else PositionalEncoding()
+        if isinstance(pe, (list, tuple)):
+            layer_pe = _check_layer_encodings(pe, n_layers, share_pe)
+            self.pe = layer_pe[0]
+        else:
+            self.pe = pe if pe is not None else PositionalEncoding()
+            # block 0 uses self.pe itself, so no copy is left without a gradient
+            layer_pe = [
+                self.pe if share_pe or layer == 0 else copy.deepcopy(self.pe)
+                for layer in range(n_layers)
+            ]
+        # the distinct encodings other than self.pe, whose call checks prepare skips
+        self._other_pe = list({id(p): p for p in layer_pe if p is not self.pe}.values())
         self.embed = nn.Embedding(vocab_size, d_model)
-        # block 0 uses self.pe itself, so no copy is left without a gradient
-        layer_pe = [
-            self.pe if share_pe or layer == 0 else copy.deepcopy(self.pe)
-            for layer in range(n_layers)
-        ]
         self.blocks = nn.ModuleList(
             Block(d_model, n_heads, pe_l, d_ff or 4 * d_model) for pe_l in layer_pe
         )
@@ -119,6 +165,8 @@ class TinyTransformer(nn.Module):
         positions = prepare(
             self.pe, b, heads, n, n, pos, pos, causal, mask, inputs, tokens.device
         )
+        for pe in self._other_pe:  # their call checks, on one default position
+            prepare(pe, 1, heads, 1, 1, None, None, causal, None, inputs, tokens.device)
         x = self.embed(tokens)  # (b, n, D)
         ctx = Context(x=x, causal=causal, inputs=positions.inputs, positions=positions)
         x = self.pe.call_hook("encode_input", x, positions.q, ctx=ctx)

@@ -2,7 +2,7 @@
 tensor values into Python a fixed number of times, whatever its depth, and compiles
 as one graph that matches eager.
 
-The seventeen encodings are every registered sequence encoding whose default path is
+The encodings below are every registered sequence encoding whose default path is
 the fused kernel (held to the registry below, so a new one is covered).
 """
 
@@ -16,6 +16,7 @@ FUSED_DEFAULT = [
     "nope", "rope", "rope_dynamic", "alibi", "t5", "fox", "learned", "sinusoidal",
     "axial", "xpos", "conv_pos", "tener", "transformer_xl", "huang_m3", "huang_m4",
     "path", "path_fox",
+    "rope_chunked", "nope_tempered",
 ]  # fmt: skip
 
 
