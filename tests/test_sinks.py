@@ -168,7 +168,7 @@ def test_a_later_layers_requirements_are_checked_once_per_forward():
 
 
 def test_bad_arguments_are_refused_with_the_reason():
-    with pytest.raises(TypeError, match="pos must be an integer tensor"):
+    with pytest.raises(TypeError, match="pos must hold integer positions"):
         pl.llama4_attn_scale(torch.arange(3.0))
     with pytest.raises(ValueError, match="floor_scale"):
         pl.llama4_attn_scale(torch.arange(3), floor_scale=0)

@@ -36,7 +36,7 @@ import torch
 
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_bool_mask, check_positive_int
+from ..utils import check_bool_mask, check_integer, check_positive_int
 from .rope import Rotary
 
 __all__ = [
@@ -51,17 +51,9 @@ __all__ = [
 
 
 def _check_positions(pos: object, name: str) -> torch.Tensor:
-    if (
-        not isinstance(pos, torch.Tensor)
-        or pos.is_floating_point()
-        or pos.is_complex()
-        or pos.dtype == torch.bool
-    ):
-        raise TypeError(
-            f"{name} must be an integer tensor of positions, got "
-            f"{getattr(pos, 'dtype', type(pos).__name__)}"
-        )
-    return pos
+    if not isinstance(pos, torch.Tensor):
+        raise TypeError(f"{name} must be an integer tensor, got {type(pos).__name__}")
+    return check_integer(pos, name)
 
 
 def llama4_attn_scale(
