@@ -114,8 +114,6 @@ class TinyTransformer(nn.Module):
                 self.pe if share_pe or layer == 0 else copy.deepcopy(self.pe)
                 for layer in range(n_layers)
             ]
-        # the distinct encodings other than self.pe, whose call checks prepare skips
-        self._other_pe = list({id(p): p for p in layer_pe if p is not self.pe}.values())
         self.embed = nn.Embedding(vocab_size, d_model)
         self.blocks = nn.ModuleList(
             Block(d_model, n_heads, pe_l, d_ff or 4 * d_model) for pe_l in layer_pe
@@ -165,8 +163,14 @@ class TinyTransformer(nn.Module):
         positions = prepare(
             self.pe, b, heads, n, n, pos, pos, causal, mask, inputs, tokens.device
         )
-        for pe in self._other_pe:  # their call checks, on one default position
-            prepare(pe, 1, heads, 1, 1, None, None, causal, None, inputs, tokens.device)
+        seen = {type(self.pe)}
+        for block in self.blocks:  # another layer's class requirements, once per class
+            pe = block.attn.pe
+            if type(pe) not in seen and (pe.causal_only or pe.side_inputs):
+                seen.add(type(pe))  # checked on one default position: no data, no sync
+                prepare(
+                    pe, 1, heads, 1, 1, None, None, causal, None, inputs, tokens.device
+                )
         x = self.embed(tokens)  # (b, n, D)
         ctx = Context(x=x, causal=causal, inputs=positions.inputs, positions=positions)
         x = self.pe.call_hook("encode_input", x, positions.q, ctx=ctx)

@@ -165,6 +165,10 @@ def test_a_later_layers_requirements_are_checked_once_per_forward():
     m = pl.TinyTransformer(16, 32, 4, 2, pe=[pl.Rotary(8), pl.StickBreaking()])
     with pytest.raises(ValueError, match="StickBreaking is defined for causal"):
         m(torch.randint(0, 16, (1, 5)), causal=False)
+    m = pl.TinyTransformer(16, 32, 4, 2, pe=pl.Rotary(8))
+    m.blocks[1].attn.pe = pl.StickBreaking()  # swapped in after construction
+    with pytest.raises(ValueError, match="StickBreaking is defined for causal"):
+        m(torch.randint(0, 16, (1, 5)), causal=False)
 
 
 def test_bad_arguments_are_refused_with_the_reason():
