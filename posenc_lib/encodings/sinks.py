@@ -241,13 +241,13 @@ class LearnedSink(PositionalEncoding):
         return f"n_heads={self.n_heads}"
 
 
-@register("rope_chunked")
+@register("rope_chunked", needs_max_len=True)
 def _make_chunked(*, d_model: int, n_heads: int, max_len: int) -> ChunkedRotary:
     # a quarter of the training length, so that chunks matter at toy sizes
     return ChunkedRotary(d_model // n_heads, chunk_size=max(1, max_len // 4))
 
 
-@register("nope_tempered")
+@register("nope_tempered", needs_max_len=True)
 def _make_tempered(*, d_model: int, n_heads: int, max_len: int) -> TemperedNoPE:
     # steps every max_len / 4 positions at toy sizes (Llama 4: every 8192)
     return TemperedNoPE(floor_scale=max(1, max_len // 4))
