@@ -16,6 +16,7 @@ from torch import nn
 
 from .attention import MultiHeadAttention, prepare
 from .base import Context, PositionalEncoding, overrides
+from .cache import KVCache
 from .positions import Positions
 from .utils import check_positive_int, compiling
 
@@ -34,9 +35,15 @@ class Block(nn.Module):
             nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model)
         )
 
-    def forward(self, x: torch.Tensor, positions: Positions) -> torch.Tensor:
-        """x ``(b, n, D)`` -> ``(b, n, D)``; ``positions`` prepared once per forward."""
-        x = x + self.attn(self.ln1(x), positions=positions)
+    def forward(
+        self, x: torch.Tensor, positions: Positions | None = None, cache=None, pos=None
+    ) -> torch.Tensor:
+        """x ``(b, n, D)`` -> ``(b, n, D)``; ``positions`` prepared once per forward,
+        or (decoding) the block's ``KVCache`` and the new tokens' ``pos``."""
+        if cache is None:
+            x = x + self.attn(self.ln1(x), positions=positions)
+        else:
+            x = x + self.attn(self.ln1(x), pos, causal=True, cache=cache)
         return x + self.mlp(self.ln2(x))
 
 
@@ -128,12 +135,15 @@ class TinyTransformer(nn.Module):
         causal: bool = True,
         mask: torch.Tensor | None = None,
         inputs: Mapping[str, torch.Tensor] | None = None,
+        cache: list[KVCache] | None = None,
     ) -> torch.Tensor:
         """tokens ``(b, n)`` -> final hidden states ``(b, n, D)`` (before the LM head).
 
         ``pos``: ``(n,)``/``(b, n)`` integers, or ``(n, a)``/``(b, n, a)`` coordinates
         for an encoding with ``coord_axes = a``. ``inputs``: named side inputs (see
         ``posenc_lib.Context``), handed to ``encode_input`` and to every attention call.
+        ``cache``: ``new_cache()``, to decode ``tokens`` after the ones it holds (at
+        ``pos``, or the positions after them) and add them to it.
         """
         if (
             not isinstance(tokens, torch.Tensor)
@@ -159,6 +169,8 @@ class TinyTransformer(nn.Module):
                     f"[{lo}, {hi}]"
                 )
         heads = self.blocks[0].attn.n_heads
+        if cache is not None:
+            return self._decode(tokens, pos, causal, mask, inputs, cache)
         # positions, mask and side inputs: checked once, shared by every layer
         positions = prepare(
             self.pe, b, heads, n, n, pos, pos, causal, mask, inputs, tokens.device
@@ -185,10 +197,53 @@ class TinyTransformer(nn.Module):
         causal: bool = True,
         mask: torch.Tensor | None = None,
         inputs: Mapping[str, torch.Tensor] | None = None,
+        cache: list[KVCache] | None = None,
     ) -> torch.Tensor:
         """tokens ``(b, n)`` -> logits ``(b, n, V)``; causal by default (an LM).
-        ``pos`` and ``inputs`` as in ``hidden``."""
-        return self.head(self.hidden(tokens, pos, causal, mask, inputs))
+        ``pos``, ``inputs`` and ``cache`` as in ``hidden``."""
+        return self.head(self.hidden(tokens, pos, causal, mask, inputs, cache))
+
+    def new_cache(self) -> list[KVCache]:
+        """One empty ``KVCache`` per block: ``model(prompt, cache=c)``, then
+        ``model(next_tokens, cache=c)`` gives the logits a full forward pass over the
+        whole sequence gives at those tokens (``tests/test_cache.py``)."""
+        return [KVCache() for _ in self.blocks]
+
+    def _decode(self, tokens, pos, causal, mask, inputs, cache) -> torch.Tensor:
+        """``hidden`` for the new ``tokens`` against every token ``cache`` holds."""
+        if causal is not True or inputs is not None or mask is not None:
+            raise ValueError(
+                "a KV cache decodes causally: pass causal=True, and neither mask= "
+                "nor inputs="
+            )
+        if not (
+            isinstance(cache, (list, tuple))
+            and len(cache) == len(self.blocks)
+            and all(isinstance(c, KVCache) for c in cache)
+        ):
+            raise ValueError(
+                f"cache must be model.new_cache() (one KVCache per block, "
+                f"{len(self.blocks)}), got {type(cache).__name__}"
+            )
+        for pe in [self.pe] + [block.attn.pe for block in self.blocks]:
+            why = getattr(pe, "no_cache_reason", None)
+            if why is not None:
+                raise ValueError(
+                    f"{type(pe).__name__} cannot decode with a cache: {why}"
+                )
+        b, n = tokens.shape
+        pos = cache[0].next_positions(n, tokens.device) if pos is None else pos
+        heads = self.blocks[0].attn.n_heads
+        # the new tokens' positions, for encode_input (each layer checks its call)
+        new = prepare(
+            self.pe, b, heads, n, n, pos, pos, True, None, None, tokens.device
+        )
+        x = self.embed(tokens)  # (b, n, D)
+        ctx = Context(x=x, causal=True, positions=new)
+        x = self.pe.call_hook("encode_input", x, new.q, ctx=ctx)
+        for block, layer_cache in zip(self.blocks, cache):
+            x = block(x, cache=layer_cache, pos=new.q)
+        return self.ln_f(x)
 
     def n_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

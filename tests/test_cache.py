@@ -82,3 +82,48 @@ def test_a_bad_cached_call_is_refused_and_leaves_the_cache_unchanged():
     with pytest.raises(ValueError, match="one cache per layer"):
         attn(torch.randn(2, 1, D_MODEL), causal=True, cache=cache)
     assert len(cache) == 3
+
+
+def _decode_model(model, tokens, steps):
+    cache, outs, start = model.new_cache(), [], 0
+    for size in steps:
+        outs.append(model(tokens[:, start : start + size], cache=cache))
+        start += size
+    return torch.cat(outs, dim=1)
+
+
+@pytest.mark.parametrize("name", _sequence_encodings())
+def test_a_model_decodes_with_a_cache_as_its_full_forward_or_refuses(name):
+    """TinyTransformer with one encoding in every block: a prompt and then tokens one
+    or two at a time, through ``model.new_cache()``, give the full forward's logits
+    (encode_input at the new positions, every layer's cache) or a clear refusal."""
+    torch.manual_seed(0)
+    pe = pl.make_encoding(name, D_MODEL, N_HEADS, max_len=32)
+    model = pl.TinyTransformer(11, D_MODEL, N_HEADS, 2, pe).double().eval()
+    tokens = torch.randint(0, 11, (2, 9))
+    full = model(tokens)
+    try:
+        cached = _decode_model(model, tokens, [4, 1, 2, 1, 1])
+    except ValueError as error:
+        assert re.search(r"cache|quer|key|whole sequence", str(error)), str(error)
+        return
+    assert_close(cached, full)
+
+
+def test_a_hybrid_model_decodes_with_a_cache():
+    """Part VII's hybrids: chunked RoPE in three layers, a tempered NoPE layer."""
+    torch.manual_seed(0)
+    layers = [pl.make_encoding("rope_chunked", D_MODEL, N_HEADS, max_len=16)] * 3
+    layers += [pl.make_encoding("nope_tempered", D_MODEL, N_HEADS, max_len=16)]
+    model = pl.TinyTransformer(11, D_MODEL, N_HEADS, 4, layers).double().eval()
+    tokens = torch.randint(0, 11, (1, 10))
+    assert_close(_decode_model(model, tokens, [3] + [1] * 7), model(tokens))
+
+
+def test_conv_pos_refuses_a_cache_with_the_reason():
+    pe = pl.make_encoding("conv_pos", D_MODEL, N_HEADS)
+    model = pl.TinyTransformer(11, D_MODEL, N_HEADS, 1, pe)
+    with pytest.raises(ValueError, match="convolves each token with its neighbours"):
+        model(torch.zeros(1, 3, dtype=torch.long), cache=model.new_cache())
+    with pytest.raises(ValueError, match="one KVCache per block"):
+        model(torch.zeros(1, 3, dtype=torch.long), cache=[pl.KVCache()] * 2)

@@ -52,6 +52,12 @@ class ConvPositionalEmbedding(PositionalEncoding):
     ``causal``: pad on the left only, so no token reads a later one.
     """
 
+    # read by TinyTransformer's cached decoding (posenc_lib.cache): a new token's
+    # embedding depends on the tokens around it, which a cached call does not hold
+    no_cache_reason = (
+        "its encode_input convolves each token with its neighbours, which a cached "
+        "call does not hold: run the whole sequence"
+    )
     four_terms = {
         "content-content": "kept",
         "content-position": "kept, implicitly (conv features of the neighbourhood)",

@@ -189,9 +189,9 @@ class PaTHAttention(PositionalEncoding):
     ``beta = 2 sigmoid(x W_beta + b)`` in (0, 2) (``bt_proj``, one per head), and
     with ``forget_gate`` FoX's gate ``log f = logsigmoid(x W_f + b_f)``.
 
-    Like FoX it is causal (``causal_only``), needs the whole sequence (queries ==
-    keys: the transforms of cached keys are unknown) and multiplies the transforms
-    in position order.
+    Like FoX it is causal (``causal_only``), reads the transforms of every key from
+    the keys' layer inputs (the whole sequence, or what a ``KVCache`` holds: the
+    queries are then the last of the keys) and multiplies them in position order.
     """
 
     causal_only = True
@@ -249,22 +249,27 @@ class PaTHAttention(PositionalEncoding):
                 f"q must have shape (b, {self.n_heads}, i, d) for this PaTHAttention "
                 f"with n_heads={self.n_heads}, got {tuple(q.shape)}"
             )
-        if q.shape[2] != k.shape[2]:
+        x = ctx.need("x", "PaTHAttention")  # (b, j, D): the keys' layer inputs
+        i, j = q.shape[2], k.shape[2]
+        if x.shape[1] != j or i > j:
             raise ValueError(
-                "PaTHAttention needs the transform of every key, computed from x: "
-                f"call it on the whole sequence (i == j), got {q.shape[2]} queries "
-                f"and {k.shape[2]} keys"
+                "PaTHAttention needs the transform of every key, computed from the "
+                "keys' layer inputs x: call it on the whole sequence (i == j), or "
+                f"through MultiHeadAttention with a KVCache; got {i} queries, {j} keys "
+                f"and x of {x.shape[1]} tokens"
             )
-        x = ctx.need("x", "PaTHAttention")  # (b, n, D)
         w, beta = self.transforms(x)
         w, beta = w.to(q.dtype), beta.to(q.dtype)
         scale = 1.0 / math.sqrt(q.shape[-1])
-        s = _scores(q, k, w, beta, k_pos)  # (b, h, i, j), -inf above
+        # queries are the last i keys (a KV cache): rows of earlier keys are zeros,
+        # computed and dropped, so the transforms between them still count
+        q_all = torch.cat([q.new_zeros(*q.shape[:2], j - i, q.shape[-1]), q], 2)
+        s = _scores(q_all, k, w, beta, k_pos)[:, :, j - i :]  # (b, h, i, j)
         # scale * (q_i^T P_ij k_j - q_i^T k_j): what PaTH adds to the plain logit
         bias = (s - torch.einsum("bhid,bhjd->bhij", q, k)) * scale
         if self.gate is not None:
-            log_f = F.logsigmoid(self.gate(x)).transpose(1, 2).to(q.dtype)  # (b, h, n)
-            bias = bias + _forgetting_bias(log_f, k_pos)  # + D_ij
+            log_f = F.logsigmoid(self.gate(x)).transpose(1, 2).to(q.dtype)  # (b, h, j)
+            bias = bias + _forgetting_bias(log_f, k_pos)[:, :, j - i :]  # + D_ij
         return bias  # (b, h, i, j)
 
     def extra_repr(self) -> str:
