@@ -6,7 +6,8 @@ the build.
                                         # (the test command)
 
 jupyter-cache keys executed notebooks on their code cells only, so a change to
-``posenc_lib`` (or to the pinned environment) would otherwise leave stale outputs on the
+``posenc_lib`` (its code, or the data it ships: the seed sweeps the chapters quote, the
+benchmark), or to the pinned environment, would otherwise leave stale outputs on the
 site. We key the cache on those too: when their hash changes, the cache is dropped and
 every page is rebuilt.
 """
@@ -28,7 +29,8 @@ STAMP = BUILD / ".library-hash"
 
 def library_hash() -> str:
     digest = hashlib.sha256()
-    files = sorted((ROOT / "posenc_lib").rglob("*.py")) + [
+    lib = ROOT / "posenc_lib"
+    files = sorted([*lib.rglob("*.py"), *lib.rglob("*.csv"), *lib.rglob("*.json")]) + [
         ROOT / "requirements.txt",
         ROOT / "pyproject.toml",
         # A changed table of contents (its numbering, a new part) can crash
