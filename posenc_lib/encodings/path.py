@@ -38,7 +38,7 @@ from torch import nn
 
 from ..base import Context, PositionalEncoding
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_heads, check_positive_int
 from .fox import _bias as _forgetting_bias
 from .fox import _position_order
 
@@ -244,11 +244,7 @@ class PaTHAttention(PositionalEncoding):
         k_pos: torch.Tensor,
         ctx: Context,
     ) -> torch.Tensor:
-        if q.dim() != 4 or q.shape[1] != self.n_heads:
-            raise ValueError(
-                f"q must have shape (b, {self.n_heads}, i, d) for this PaTHAttention "
-                f"with n_heads={self.n_heads}, got {tuple(q.shape)}"
-            )
+        check_heads(q, self, self.n_heads)
         x = ctx.need("x", "PaTHAttention")  # (b, j, D): the keys' layer inputs
         i, j = q.shape[2], k.shape[2]
         if x.shape[1] != j or i > j:
