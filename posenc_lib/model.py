@@ -111,6 +111,8 @@ class TinyTransformer(nn.Module):
         check_positive_int(n_layers, "n_layers")
         check_positive_int(d_model, "d_model")
         check_positive_int(n_heads, "n_heads")
+        if d_ff is not None:
+            check_positive_int(d_ff, "d_ff")  # 0 would be a block without its MLP
         if isinstance(pe, (list, tuple)):
             layer_pe = _check_layer_encodings(pe, n_layers, share_pe)
             self.pe = layer_pe[0]

@@ -177,6 +177,11 @@ CLASSES = {
         ValueError,
         "tokens",
     ),
+    "a model with d_ff=0": (
+        lambda: pl.TinyTransformer(8, 16, 2, 1, d_ff=0),
+        ValueError,
+        "d_ff must be > 0",
+    ),
     "lr=inf in the lab": (lambda: _lab_config(lr=math.inf), ValueError, "lr must be"),
     "lr=inf in train": (
         lambda: pl.train(torch.nn.Linear(1, 1), None, 1, lr=math.inf),
