@@ -270,8 +270,9 @@ def check_segments(segments, example: str) -> list[tuple[int, str, object]]:
     return checked
 
 
-def _grid(kind: str, size, index: int) -> tuple[int, int, int]:
-    """(T, H, W) of a visual segment, checked."""
+def _grid(kind: str, size, index: int, merge: int = 1) -> tuple[int, int, int]:
+    """(T, H/merge, W/merge) of a visual segment, checked (H and W divisible by the
+    spatial merge)."""
     where = f"segments[{index}] ({kind!r})"
     if not isinstance(size, (list, tuple)) or not all(
         isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size
@@ -287,7 +288,13 @@ def _grid(kind: str, size, index: int) -> tuple[int, int, int]:
             f"{where} needs (T, H, W) for a video or (H, W) / (1, H, W) for an "
             f"image, got {tuple(size)}"
         )
-    return tuple(size)
+    t, h, w = size
+    if h % merge or w % merge:
+        raise ValueError(
+            f"segments[{index}] has H, W = {h}, {w}, which must be divisible "
+            f"by spatial_merge_size = {merge}"
+        )
+    return t, h // merge, w // merge
 
 
 def mrope_position_ids(
@@ -327,13 +334,7 @@ def mrope_position_ids(
             # text: (s + k, s + k, s + k), k = 0 .. n-1
             ids = (start + torch.arange(size))[:, None].expand(size, 3)  # (n, 3)
         else:
-            t, h, w = _grid(kind, size, index)
-            if h % merge or w % merge:
-                raise ValueError(
-                    f"segments[{index}] has H, W = {h}, {w}, which must be divisible "
-                    f"by spatial_merge_size = {merge}"
-                )
-            h, w = h // merge, w // merge
+            t, h, w = _grid(kind, size, index, merge)
             interval = time_interval if kind == "video" else 1.0
             # t_k = floor(k * interval) (exact for integers: float64)
             frames = torch.floor(torch.arange(t, dtype=torch.float64) * interval).long()

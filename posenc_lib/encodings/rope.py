@@ -86,6 +86,21 @@ class KeepsFrequencies(nn.Module):
         return out
 
 
+def _check_rotary_dim(rotary_dim: object, d: int) -> int:
+    """``rotary_dim`` if it is an even int in (0, d], else a clear error."""
+    if (
+        isinstance(rotary_dim, bool)
+        or not isinstance(rotary_dim, int)
+        or not 0 < rotary_dim <= d
+        or rotary_dim % 2
+    ):
+        raise ValueError(
+            f"rotary_dim must be an even integer in (0, d = {d}] (the first "
+            f"rotary_dim coordinates are rotated in pairs), got {rotary_dim!r}"
+        )
+    return rotary_dim
+
+
 def apply_rope(
     x: torch.Tensor,
     positions: torch.Tensor,
@@ -160,17 +175,9 @@ def _check_rope_args(x, positions, inv_freq, layout, rotary_dim=None) -> torch.T
         )
     n, d = x.shape[-2:]
     if rotary_dim is not None:
-        if (
-            isinstance(rotary_dim, bool)
-            or not isinstance(rotary_dim, int)
-            or not 0 < rotary_dim <= d
-            or rotary_dim % 2
-        ):
-            raise ValueError(
-                f"rotary_dim must be an even integer in (0, d = {d}] (the first "
-                f"rotary_dim coordinates are rotated in pairs), got {rotary_dim!r}"
-            )
-        d = rotary_dim  # the checks below concern the rotated part
+        d = _check_rotary_dim(
+            rotary_dim, d
+        )  # the checks below concern the rotated part
     if d % 2:
         raise ValueError(
             f"the last dimension of x (d = {d}) must be even for RoPE (coordinates are "
@@ -262,16 +269,8 @@ class Rotary(KeepsFrequencies, PositionalEncoding):
             layout,
             scaling,
         )
-        if rotary_dim is not None and (
-            isinstance(rotary_dim, bool)
-            or not isinstance(rotary_dim, int)
-            or not 0 < rotary_dim <= d_head
-            or rotary_dim % 2
-        ):
-            raise ValueError(
-                f"rotary_dim must be an even integer in (0, d_head = {d_head}], got "
-                f"{rotary_dim!r}"
-            )
+        if rotary_dim is not None:
+            _check_rotary_dim(rotary_dim, d_head)
         self.rotary_dim = rotary_dim
         inv_freq, self.attention_factor = rope_inv_freq(
             rotary_dim or d_head, base, scaling, **params

@@ -112,13 +112,7 @@ def videorope_position_ids(
             t = start + torch.arange(size, dtype=torch.float64)
             ids = torch.stack([t, t, t], dim=-1)  # (n, 3)
         else:
-            frames, hh, ww = _grid(kind, size, index)
-            if hh % merge or ww % merge:
-                raise ValueError(
-                    f"segments[{index}] has H, W = {hh}, {ww}, which must be divisible "
-                    f"by spatial_merge_size = {merge}"
-                )
-            hh, ww = hh // merge, ww // merge
+            frames, hh, ww = _grid(kind, size, index, merge)
             tau, eta, omega = torch.meshgrid(
                 *(torch.arange(s, dtype=torch.float64) for s in (frames, hh, ww)),
                 indexing="ij",
