@@ -1,6 +1,9 @@
 import pytest
 import torch
 
+# the browser tests' fixtures (server, browser, open_page): see tests/browser.py
+pytest_plugins = ["tests.browser"]
+
 
 @pytest.fixture(autouse=True)
 def _seed_and_threads():

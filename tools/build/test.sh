@@ -33,6 +33,6 @@ if [ "$build_status" -ne 0 ]; then
 fi
 
 echo "== 3/3 the built site in headless Chromium"
-"$PY" -m pytest tests/test_site.py -m browser -q -rs
+"$PY" -m pytest tests -m browser -q -rs
 
 echo "== all tests passed in $(( $(date +%s) - start )) s"

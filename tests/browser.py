@@ -1,0 +1,120 @@
+"""The browser tests' shared pieces: the built site served locally, headless Chromium,
+and ``open_page``, which blocks (and records) every request that is not local.
+
+conftest.py loads this module as a plugin, so every test can ask for them. Without
+Chromium they skip with a message on a reader's machine and fail under CI.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import pathlib
+import re
+import shutil
+import threading
+from urllib.parse import urlparse
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# POSENC_SITE_HTML points the browser tests at another build (e.g. a quick one made
+# without executing the notebooks, to check layout while notebooks are being written).
+HTML = pathlib.Path(os.environ.get("POSENC_SITE_HTML", ROOT / "_build" / "html"))
+TOC = re.findall(
+    r"^\s*-?\s*(?:file|root):\s*(\S+)", (ROOT / "_toc.yml").read_text(), re.M
+)
+NOTEBOOK_PAGES = [f for f in TOC if (ROOT / f"{f}.ipynb").exists()]
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+CHROMIUM = (
+    os.environ.get("CHROMIUM")
+    or shutil.which("chromium")
+    or shutil.which("chromium-browser")
+)
+LAUNCH_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def _unavailable(reason: str):
+    if IN_CI:
+        pytest.fail(
+            f"{reason} (CI must run the browser test; "
+            ".ci/run installs Debian's chromium)"
+        )
+    pytest.skip(
+        f"{reason}: install Debian's chromium (apt-get install -y chromium) "
+        "to run the browser test"
+    )
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not (HTML / "index.html").exists():
+        _unavailable(f"no built site at {HTML}; run `make site` first")
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Quiet, directory=str(HTML))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM:
+        _unavailable("Chromium was not found")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("playwright is not installed")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def open_page(browser, server):
+    """Open a page with every request that is not to the local server aborted
+    (and recorded)."""
+    pages, blocked = [], []
+
+    def go(path: str, width: int = 1280):
+        page = browser.new_page(viewport={"width": width, "height": 900})
+        pages.append(page)
+
+        def route(r):
+            if urlparse(
+                r.request.url
+            ).hostname == "127.0.0.1" or r.request.url.startswith("data:"):
+                r.continue_()
+            else:
+                blocked.append(r.request.url)
+                r.abort()
+
+        page.route("**/*", route)
+        page.goto(f"{server}/{path}", wait_until="load")
+        page.wait_for_function(
+            "() => !window.MathJax || (MathJax.startup && MathJax.startup.promise)",
+            timeout=15000,
+        )
+        page.evaluate("() => window.MathJax && MathJax.startup.promise")
+        return page
+
+    go.blocked = blocked
+    yield go
+    for page in pages:
+        page.close()
