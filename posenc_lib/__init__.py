@@ -16,7 +16,7 @@ from .attention import (
     prepare,
     reference_attention,
 )
-from .book import Sweep, chapter_seeds, glue, seed_shift, show_source
+from . import book, exercises
 from .base import FOUR_TERMS, HOOKS, Context, PositionalEncoding
 from .decoding import (
     forward_with_cache,
@@ -49,12 +49,13 @@ from .utils import (
     check_shape,
     get_device,
     seed_everything,
-    setup,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "book",
+    "exercises",
     "MultiHeadAttention",
     "attention",
     "as_positions",
@@ -63,11 +64,6 @@ __all__ = [
     "Positions",
     "count_host_syncs",
     "PositionalEncoding",
-    "chapter_seeds",
-    "Sweep",
-    "glue",
-    "seed_shift",
-    "show_source",
     "Context",
     "HOOKS",
     "FOUR_TERMS",
@@ -108,6 +104,5 @@ __all__ = [
     "check_shape",
     "get_device",
     "seed_everything",
-    "setup",
     *_encodings_all,
 ]

@@ -1,5 +1,9 @@
 """Helpers for the chapters themselves: seeds a sweep can shift, glue, library source.
 
+They are the book's, not the library's: ``pl.book.glue``, never ``pl.book.glue`` (the
+top-level namespace holds only what a model built with posenc_lib uses).
+
+* ``setup(seed)``: the first call of every chapter (seed, one CPU thread, plot style).
 * ``chapter_seeds(0, 1)``: the seeds a chapter was written with, moved to a block of
   its own by the environment variable ``POSENC_SEED_SHIFT`` (default 0): shift ``s``
   turns seed ``k`` into ``k + s * SEED_BLOCK``. ``tools/measure/seed_sweep.py``
@@ -20,13 +24,40 @@ import inspect
 import os
 import pathlib
 
-__all__ = ["chapter_seeds", "seed_shift", "glue", "show_source", "Sweep"]
+import torch
+
+__all__ = ["setup", "chapter_seeds", "seed_shift", "glue", "show_source", "Sweep"]
 
 SEED_SHIFT_VAR = "POSENC_SEED_SHIFT"
 # chapters write seeds below this; shift s owns [s * SEED_BLOCK, (s + 1) * SEED_BLOCK)
 SEED_BLOCK = 1000
 # myst-nb's marker for values glued with display=False (myst_nb.ext.glue.GLUE_PREFIX)
 GLUE_PREFIX = "application/papermill.record/"
+
+
+def setup(seed: int = 0, threads: int | None = 1) -> torch.device:
+    """One call at the top of every chapter: seed everything, fix CPU threads, set
+    the plot style.
+
+    One CPU thread is the default because on small 2-core machines two threads made the
+    same training loop up to five times slower and far less repeatable (see
+    ``EXPERIMENTS.md``). Returns the device to use (CUDA when present).
+    """
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(
+                f"threads must be a positive int (or None to leave torch's setting), "
+                f"got {threads!r}"
+            )
+    from .utils import get_device, seed_everything
+
+    seed_everything(seed)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    from .plotting import set_plot_style
+
+    set_plot_style()
+    return get_device()
 
 
 def seed_shift() -> int:
@@ -143,7 +174,7 @@ class Sweep:
         """Glue the run counts and every numeric column's range (see the class),
         marked as read from the sweep, so a re-run of the sweep does not record them
         as the run's own values. A count computed from the sweep in a chapter
-        (``sweep.count``) is glued with ``pl.glue(name, n, from_sweep=True)``."""
+        (``sweep.count``) is glued with ``pl.book.glue(name, n, from_sweep=True)``."""
         glue(f"{self.chapter}_sweep_runs", self.runs, from_sweep=True)
         glue(f"{self.chapter}_sweep_passed", self.passed, from_sweep=True)
         glue(f"{self.chapter}_sweep_shifts", self.shifts, from_sweep=True)

@@ -44,7 +44,7 @@ def color_for(name: str) -> str:
 
 def set_plot_style() -> None:
     """Small, legible, colour-blind-friendly defaults (applied by
-    ``posenc_lib.setup``)."""
+    ``posenc_lib.book.setup``)."""
     mpl.rcParams.update(
         {
             "figure.figsize": (6.4, 3.6),

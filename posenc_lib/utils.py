@@ -25,7 +25,6 @@ __all__ = [
     "check_bool_mask",
     "compiling",
     "check_qkv",
-    "setup",
 ]
 
 
@@ -68,29 +67,6 @@ def get_device(prefer: str | None = None) -> torch.device:
             )
         return device
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def setup(seed: int = 0, threads: int | None = 1) -> torch.device:
-    """One call at the top of every chapter: seed everything, fix CPU threads, set
-    the plot style.
-
-    One CPU thread is the default because on small 2-core machines two threads made the
-    same training loop up to five times slower and far less repeatable (see
-    ``EXPERIMENTS.md``). Returns the device to use (CUDA when present).
-    """
-    if threads is not None:
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValueError(
-                f"threads must be a positive int (or None to leave torch's setting), "
-                f"got {threads!r}"
-            )
-    seed_everything(seed)
-    if threads is not None:
-        torch.set_num_threads(threads)
-    from .plotting import set_plot_style
-
-    set_plot_style()
-    return get_device()
 
 
 def _check_int(value: object, name: str, minimum: int) -> int:

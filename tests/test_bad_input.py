@@ -108,7 +108,7 @@ CASES = {
         "d_head",
     ),
     "setup(threads=0)": (
-        lambda: pl.setup(threads=0),
+        lambda: pl.book.setup(threads=0),
         ValueError,
         "threads must be a positive int",
     ),
@@ -124,8 +124,8 @@ def test_bad_input_gets_a_clear_error(case):
 
 
 def test_setup_still_accepts_none_and_one():
-    pl.setup(threads=None)
-    pl.setup(threads=1)
+    pl.book.setup(threads=None)
+    pl.book.setup(threads=1)
     assert torch.get_num_threads() == 1
 
 

@@ -7,11 +7,11 @@ import posenc_lib as pl
 
 def test_chapter_seeds_follow_the_sweep_shift(monkeypatch):
     monkeypatch.delenv("POSENC_SEED_SHIFT", raising=False)
-    assert pl.chapter_seeds(0, 1) == [0, 1]
+    assert pl.book.chapter_seeds(0, 1) == [0, 1]
     monkeypatch.setenv("POSENC_SEED_SHIFT", "100")
-    assert pl.chapter_seeds(0, 1) == [100_000, 100_001]
+    assert pl.book.chapter_seeds(0, 1) == [100_000, 100_001]
     monkeypatch.setenv("POSENC_SEED_SHIFT", "101")
-    assert pl.chapter_seeds(0, 1) == [101_000, 101_001]
+    assert pl.book.chapter_seeds(0, 1) == [101_000, 101_001]
 
 
 def test_no_seed_is_shared_between_two_runs_of_a_sweep(monkeypatch):
@@ -19,20 +19,20 @@ def test_no_seed_is_shared_between_two_runs_of_a_sweep(monkeypatch):
     runs = []
     for shift in [0, *range(100, 110)]:
         monkeypatch.setenv("POSENC_SEED_SHIFT", str(shift))
-        runs.append(set(pl.chapter_seeds(*range(10))))
+        runs.append(set(pl.book.chapter_seeds(*range(10))))
     assert sum(map(len, runs)) == len(set().union(*runs))
     with pytest.raises(ValueError, match=r"seeds in \[0, 1000\)"):
-        pl.chapter_seeds(1000)
+        pl.book.chapter_seeds(1000)
     monkeypatch.setenv("POSENC_SEED_SHIFT", "x")
     with pytest.raises(ValueError, match="POSENC_SEED_SHIFT must be an integer"):
-        pl.chapter_seeds(0)
+        pl.book.chapter_seeds(0)
 
 
 def test_chapter_seeds_rejects_non_integers():
     with pytest.raises(TypeError, match="one or more int seeds"):
-        pl.chapter_seeds(0.5)
+        pl.book.chapter_seeds(0.5)
     with pytest.raises(TypeError, match="one or more int seeds"):
-        pl.chapter_seeds()
+        pl.book.chapter_seeds()
 
 
 def test_glue_writes_the_output_myst_nb_reads(monkeypatch):
@@ -45,17 +45,17 @@ def test_glue_writes_the_output_myst_nb_reads(monkeypatch):
     import myst_nb.ext.glue as mg
 
     monkeypatch.setattr(mg, "ipy_display", lambda *a, **k: seen.append((a, k)))
-    pl.glue("acc", 0.9731)
+    pl.book.glue("acc", 0.9731)
     glue("acc", 0.9731, display=False)
     assert seen[0] == seen[1]
     assert pl.book.GLUE_PREFIX == GLUE_PREFIX
     with pytest.raises(ValueError, match="name must be a non-empty string"):
-        pl.glue("", 1)
+        pl.book.glue("", 1)
 
 
 def test_every_committed_sweep_has_ten_independent_runs():
     for path in sorted(pl.book.SWEEPS.glob("*.csv")):
-        sweep = pl.Sweep(path.stem)
+        sweep = pl.book.Sweep(path.stem)
         assert sweep.runs >= 10, path.name
         shifts = [int(r["shift"]) for r in sweep.rows]
         assert len(set(shifts)) == len(shifts) and 0 not in shifts, path.name
@@ -68,11 +68,11 @@ def test_sweep_reads_ranges_and_counts_as_written(tmp_path, monkeypatch):
         "102,pass,,1.0,1.00,c\n"
     )
     monkeypatch.setattr(pl.book, "SWEEPS", tmp_path)
-    sweep = pl.Sweep("toy")
+    sweep = pl.book.Sweep("toy")
     assert (sweep.runs, sweep.passed, sweep.shifts) == (3, 2, "100–102")
     assert sweep.range("acc") == ("0.85", "1.00")
     assert sweep.count("acc", lambda v: v >= 0.9) == 2
     with pytest.raises(KeyError, match="no column 'loss'"):
         sweep.values("loss")
     with pytest.raises(ValueError, match="no sweep for chapter 'nope'"):
-        pl.Sweep("nope")
+        pl.book.Sweep("nope")

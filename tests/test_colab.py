@@ -4,7 +4,7 @@ Colab renders plain Markdown and LaTeX. Of MyST's extras, a citation role reads 
 key and a directive fence reads as a code block, which is acceptable; but
 ``{literalinclude}`` shows a file path instead of the code, and cross-reference roles
 (``{doc}``, ``{ref}``, ``{numref}``, ``{eq}``) show a raw path or label instead of a
-link. Chapters print library code with ``pl.show_source`` and link with ordinary
+link. Chapters print library code with ``pl.book.show_source`` and link with ordinary
 Markdown links to ``.ipynb`` files, which work on the site (MyST resolves them) and
 read as links in Colab.
 """
@@ -38,7 +38,7 @@ def test_markdown_has_no_markup_that_colab_shows_raw(path):
     found = sorted({m.group(0) for m in RAW_IN_COLAB.finditer(markdown(path))})
     assert not found, (
         f"{found} render as bare text in Colab: print code with "
-        "pl.show_source(...) and link with [title](other_chapter.ipynb)"
+        "pl.book.show_source(...) and link with [title](other_chapter.ipynb)"
     )
 
 

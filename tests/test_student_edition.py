@@ -14,6 +14,8 @@ import zipfile
 import nbformat
 import pytest
 
+import posenc_lib.exercises as pl_exercises
+
 from tools.authoring.colab_cell import canonical_source
 from tools.build import student_edition
 
@@ -120,6 +122,7 @@ def test_everything_else_is_kept_and_each_exercise_gets_an_answer_cell(edition, 
         c["source"]
         for c in code_cells(original)
         if student_edition.CHECK_TAG not in tags(c)
+        and student_edition.SOLUTION_TAG not in tags(c)
     ]
     answers = [c for c in code_cells(student) if student_edition.ANSWER_TAG in tags(c)]
     assert [
@@ -135,6 +138,13 @@ def test_everything_else_is_kept_and_each_exercise_gets_an_answer_cell(edition, 
     for k, cell in enumerate(cells):
         if student_edition.ANSWER_TAG in tags(cell):
             assert "{exercise}" in "".join(cells[k - 1]["source"])
+    # A coding exercise's solution code is gone; its answer cell starts from the
+    # check's stub, and the check cell follows it.
+    checks = pl_exercises.all_checks()
+    for k, cell in enumerate(cells):
+        if "check" in tags(cell):
+            label = re.search(r'check\("(ex-[^"]+)"', "".join(cell["source"]))[1]
+            assert "".join(cells[k - 1]["source"]) == checks[label].stub
 
 
 def test_the_zip_holds_every_notebook_and_a_readme(edition):

@@ -37,6 +37,7 @@ from tools.build.course_index import numbered_chapters
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ZIP_NAME = "posenc-student-notebooks.zip"
 CHECK_TAG = "solution-check"
+SOLUTION_TAG = "solution"  # a coding exercise's solution code (hide-cell on the site)
 ANSWER_TAG = "answer"
 SOLUTION = re.compile(
     r"^(?P<fence>`{3,}|:{3,})\{solution\}\s*(?P<label>\S*)[^\n]*\n"
@@ -87,6 +88,21 @@ def is_solution_check(cell: dict) -> bool:
     return cell["cell_type"] == "code" and CHECK_TAG in cell["metadata"].get("tags", [])
 
 
+def is_solution_code(cell: dict) -> bool:
+    return cell["cell_type"] == "code" and SOLUTION_TAG in cell["metadata"].get(
+        "tags", []
+    )
+
+
+def checked_label(cells: list[dict], k: int) -> str | None:
+    """The exercise whose check (a cell tagged ``check``) follows cell ``k``."""
+    for cell in cells[k + 1 : k + 3]:
+        if cell["cell_type"] == "code" and "check" in cell["metadata"].get("tags", []):
+            m = re.search(r"check\(\s*[\"'](ex-[^\"']+)", "".join(cell["source"]))
+            return m.group(1) if m else None
+    return None
+
+
 def answer_cell(cell_id: str, name: str) -> dict:
     return {
         "cell_type": "code",
@@ -131,8 +147,18 @@ def strip_solutions(nb: dict, chapter: int | None = None) -> tuple[dict, int]:
     out, removed = copy.deepcopy(nb), 0
     prefix = f"Exercise {chapter}." if chapter else "Exercise "
     cells, exercises = [], 0
-    for cell in out["cells"]:
+    for k, cell in enumerate(out["cells"]):
         if is_solution_check(cell):
+            continue
+        if is_solution_code(cell):
+            # the answer cell made after the exercise starts from the check's stub
+            from posenc_lib.exercises import all_checks
+
+            label = checked_label(out["cells"], k)
+            removed += 1
+            if label and cells and ANSWER_TAG in cells[-1]["metadata"].get("tags", []):
+                stub = all_checks()[label].stub
+                cells[-1]["source"] = stub.splitlines(keepends=True)
             continue
         if cell["cell_type"] != "markdown":
             cells.append(cell)

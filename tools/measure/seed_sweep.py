@@ -3,13 +3,13 @@
     python -m tools.measure.seed_sweep book/part4/cope.ipynb --shifts 100-109
     python -m tools.measure.seed_sweep book/part3/alibi.ipynb --shifts 7 13 21
 
-Every chapter takes its seeds from ``pl.chapter_seeds(...)``, which moves them by the
-environment variable ``POSENC_SEED_SHIFT`` (shift s owns seeds s * 1000 .. s * 1000 +
-999, so no two runs share a seed). This tool executes the notebook once per shift (top
+Every chapter takes its seeds from ``pl.book.chapter_seeds(...)``, which moves them by
+the environment variable ``POSENC_SEED_SHIFT`` (shift s owns seeds s * 1000 .. s * 1000
++ 999, so no two runs share a seed). This tool executes the notebook once per shift (top
 to bottom, as the test command does), and writes one row per shift to
-``posenc_lib/data/sweeps/<notebook>.csv`` (package data, read by ``pl.Sweep``, so a
+``posenc_lib/data/sweeps/<notebook>.csv`` (package data, read by ``pl.book.Sweep``, so a
 chapter glues the ranges it quotes, in Colab too): whether every cell passed, the
-first failing assertion, and every value the notebook glued (``pl.glue``). Rows for
+first failing assertion, and every value the notebook glued (``pl.book.glue``). Rows for
 the same shift are replaced; others are kept. Run on demand (minutes per chapter), not
 in the test command. Print a summary with ``--summary``.
 """
@@ -25,7 +25,7 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-OUT = ROOT / "posenc_lib" / "data" / "sweeps"  # package data: pl.Sweep reads it
+OUT = ROOT / "posenc_lib" / "data" / "sweeps"  # package data: pl.book.Sweep reads it
 GLUE_PREFIX = "application/papermill.record/"
 
 
@@ -47,7 +47,7 @@ def glued_values(nb) -> dict[str, str]:
         for out in cell.get("outputs", []):
             meta = out.get("metadata", {}).get("scrapbook")
             if not meta or out["metadata"].get("posenc_from_sweep"):
-                continue  # not glued, or read from the committed sweep (pl.Sweep)
+                continue  # not glued, or read from the committed sweep (pl.book.Sweep)
             data = out.get("data", {})
             text = data.get(meta.get("mime_prefix", "") + "text/plain")
             if text is not None:
