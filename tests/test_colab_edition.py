@@ -74,10 +74,17 @@ def test_colab_edition_has_no_myst(edition, entry):
     path = edition / f"{entry}.ipynb"
     source = json.loads((ROOT / f"{entry}.ipynb").read_text())
     colab = json.loads(path.read_text())
-    # code cells unchanged and in order, the install cell first
-    assert [c["source"] for c in colab["cells"] if c["cell_type"] == "code"] == [
-        c["source"] for c in source["cells"] if c["cell_type"] == "code"
-    ]
+
+    # code cells unchanged and in order (a solution's code under its form title),
+    # the install cell first
+    def code(cells):
+        return [
+            "".join(c["source"]).split("(double-click to show the code)\n", 1)[-1]
+            for c in cells
+            if c["cell_type"] == "code"
+        ]
+
+    assert code(colab["cells"]) == code(source["cells"])
     assert "google.colab" in "".join(colab["cells"][0]["source"])
     problems = [p for html in rendered(path) for p in leftovers(html)]
     assert not problems, "\n".join(problems[:10])
@@ -98,8 +105,17 @@ def test_colab_edition_keeps_exercises_solutions_and_references(edition, entry):
     for k in range(1, n + 1):
         assert f"<strong>Exercise {chapter}.{k}" in html, f"Exercise {chapter}.{k}"
     assert html.count("<details>") == len(
-        re.findall(r"^`{3,}\{solution\}", source, re.M)
+        re.findall(r"^`{3,}\{solution(?:-start)?\}", source, re.M)
     )
+    # a coding exercise's solution code: a Colab form cell (title shown, code folded)
+    cells = json.loads((edition / f"{entry}.ipynb").read_text())["cells"]
+    for cell in cells:
+        if cell["cell_type"] == "code" and "solution" in cell["metadata"].get(
+            "tags", []
+        ):
+            assert cell["metadata"].get("cellView") == "form"
+            assert "".join(cell["source"]).startswith("# @title Solution to Exercise")
+    assert not any("{solution-end}" in "".join(c["source"]) for c in cells)
     if "{footbibliography}" in source:
         cited = set(re.findall(r"\{(?:foot)?cite:?[pt]?\}`([^`]*)`", source))
         assert cited and html.count("<li>") >= 1
@@ -220,7 +236,7 @@ def test_the_instructor_edition_holds_every_solution(edition):
         assert "answer key" in archive.read("README.md").decode()
         for entry in ENTRIES:
             source = (ROOT / f"{entry}.ipynb").read_text()
-            solutions = len(re.findall(r"`{3,}\{solution\}", source))
+            solutions = len(re.findall(r"`{3,}\{solution(?:-start)?\}", source))
             assert archive.read(f"{entry}.ipynb").decode().count("<details>") >= (
                 solutions
             ), entry

@@ -64,8 +64,12 @@ def test_the_chapter_has_the_exercise_its_solution_and_its_check(label):
         for k, c in enumerate(cells)
         if "check" in tags(c) and f'"{label}"' in "".join(c["source"])
     )
-    assert "solution" in tags(cells[k - 1]), "the solution cell comes before the check"
-    assert "hide-cell" in tags(cells[k - 1]), "the site hides the solution code"
+    # the check follows the solution (gated: start, code, end), all tagged solution
+    end, code = cells[k - 1], cells[k - 2]
+    assert "{solution-end}" in "".join(end["source"]), "the check follows the solution"
+    assert code["cell_type"] == "code" and "solution" in tags(code), (
+        "the solution's code sits inside the solution, tagged solution"
+    )
 
 
 @pytest.mark.parametrize("label", sorted(CHECKS))

@@ -1,22 +1,27 @@
-"""Give a coding exercise its solution cell and its check cell.
+"""Give a coding exercise its solution code and its check cell.
 
     python -m tools.authoring.exercise_cells book/part3/rope.ipynb ex-rope-complex \
         solution.py 'pl.exercises.check("ex-rope-complex", rope_complex)'
 
-splits the Markdown cell that holds the exercise right after its ``{solution}``
-directive and inserts, there, a code cell tagged ``solution`` and ``hide-cell`` (the
-solution's code, behind a toggle on the site; the student edition replaces it by the
-check's stub) and a code cell tagged ``check`` (kept in the student edition). The
-notebook keeps its stored form (one-space JSON, Markdown sources as strings, cell
-ids): nbformat would rewrite every cell's source as a list, a diff over the whole
-file. Run it once per exercise; it refuses an exercise that already has its cells.
+Every solution is stored in sphinx-exercise's gated form, in cells of its own tagged
+``solution``: a Markdown cell that opens it (```` ```{solution-start} label ````, then
+the prose), any code cells, and a Markdown cell that closes it
+(```` ```{solution-end} ````). On the site the whole solution, code included, is one
+dropdown; the student edition drops every cell tagged ``solution`` (nbconvert's
+``TagRemovePreprocessor``) and starts the answer cell from the check's stub.
+
+This inserts the solution's code (a code cell tagged ``solution``) before the
+``solution-end`` cell of ``label``, and a code cell tagged ``check`` after it (kept in
+the student edition). The notebook keeps its stored form (one-space JSON, Markdown
+sources as strings, cell ids), which nbformat's writer would not: it rewrites every
+source as a list. Run it once per exercise; it refuses an exercise that already has
+its code.
 """
 
 from __future__ import annotations
 
 import json
 import pathlib
-import re
 import sys
 
 
@@ -29,52 +34,36 @@ def _cell_id(nb: dict, stem: str) -> str:
 
 
 def _code(nb: dict, source: str, tags: list[str], stem: str) -> dict:
-    lines = source.rstrip("\n").splitlines(keepends=True)
     return {
         "cell_type": "code",
         "execution_count": None,
         "id": _cell_id(nb, stem),
         "metadata": {"tags": tags},
         "outputs": [],
-        "source": lines,
+        "source": source.rstrip("\n").splitlines(keepends=True),
     }
+
+
+def solution_end(nb: dict, label: str) -> int:
+    """The index of the cell that closes ``label``'s solution."""
+    cells, inside = nb["cells"], False
+    for k, cell in enumerate(cells):
+        src = "".join(cell["source"])
+        if cell["cell_type"] == "markdown" and "{solution-start}" in src:
+            inside = src.split("{solution-start}", 1)[1].split()[0] == label
+        elif inside and "{solution-end}" in src:
+            return k
+    raise SystemExit(f"no {{solution-start}} {label} ... {{solution-end}} found")
 
 
 def add(path: pathlib.Path, label: str, solution: str, check: str) -> None:
     nb = json.loads(path.read_text())
-    if any(
-        label in "".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"
-    ):
-        raise SystemExit(f"{path}: {label} already has a code cell")
-    fence = re.compile(
-        r"^(?P<f>`{3,}|:{3,})\{solution\}\s*"
-        + re.escape(label)
-        + r"\b.*?^(?P=f)[ \t]*\n?",
-        re.M | re.S,
-    )
-    for i, cell in enumerate(nb["cells"]):
-        src = "".join(cell["source"])
-        m = fence.search(src) if cell["cell_type"] == "markdown" else None
-        if m:
-            break
-    else:
-        raise SystemExit(f"{path}: no {{solution}} for {label}")
-    head, tail = src[: m.end()].rstrip("\n"), src[m.end() :].lstrip("\n")
-    cell["source"] = head
-    new = [
-        _code(nb, solution, ["solution", "hide-cell"], f"{label}-solution"),
-        _code(nb, check, ["check"], f"{label}-check"),
-    ]
-    if tail.strip():
-        new.append(
-            {
-                "cell_type": "markdown",
-                "id": _cell_id(nb, f"{label}-after"),
-                "metadata": {},
-                "source": tail.rstrip("\n"),
-            }
-        )
-    nb["cells"][i + 1 : i + 1] = new
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    if any(f'"{label}"' in src for src in code):
+        raise SystemExit(f"{path}: {label} already has its check cell")
+    end = solution_end(nb, label)
+    nb["cells"][end + 1 : end + 1] = [_code(nb, check, ["check"], f"{label}-check")]
+    nb["cells"][end:end] = [_code(nb, solution, ["solution"], f"{label}-solution")]
     path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
 

@@ -20,8 +20,11 @@ install cell stays first):
 
 * ``{exercise}`` → a bold "Exercise 14.2" heading (numbered as the site and the
   teaching guide number them: the chapter's number in _toc.yml's numbered parts, the
-  exercise's rank in the chapter), ``{solution}`` → the solution in a
-  ``<details><summary>`` block (collapsed, as on the site);
+  exercise's rank in the chapter); a solution (gated: ``{solution-start}`` …
+  ``{solution-end}`` in cells of their own) → its prose in a ``<details><summary>``
+  block (collapsed, as on the site) and its code in a Colab form cell titled "Solution
+  to Exercise 14.2" (``cellView: form``: Colab shows the title and hides the code
+  until the reader opens it); the ``{solution-end}`` cell is dropped;
 * ``{admonition}`` (learning objectives, errata, ...) and the other directives
   (``{prf:theorem}``, ``{note}``, ...) → a block quote with a bold title;
 * ``{glue:text}`name``` / ``{glue:text}`name:.1f``` / ``{glue}`` → the value glued by
@@ -268,6 +271,7 @@ class Converter:
         self.cited: list[str] = []
         self.missing: list[str] = []
         self.substituted = 0
+        self.solution = ""  # the exercise whose gated solution is open
 
     # -- directives
 
@@ -299,6 +303,11 @@ class Converter:
                 f"<details>\n<summary>Solution to {target}</summary>\n\n{body}\n\n"
                 "</details>"
             )
+        if name == "solution-start":  # the prose follows; convert() closes <details>
+            self.solution = self.labels.get(arg, "the exercise above")
+            return f"<details>\n<summary>Solution to {self.solution}</summary>\n"
+        if name == "solution-end":
+            return ""
         if name in ("code-block", "code", "sourcecode"):
             return f"```{arg}\n{m.group('body').rstrip()}\n```"
         if name in ("math",):
@@ -427,11 +436,27 @@ def convert(
     """The Colab edition of the notebook ``nb`` (a dict, not modified)."""
     out = copy.deepcopy(nb)
     conv = Converter(entry, chapter, glued, bib, allow_missing)
+    cells = []
     for cell in out["cells"]:
+        source = "".join(cell["source"])
         if cell["cell_type"] != "markdown":
+            if "solution" in cell.get("metadata", {}).get("tags", []):
+                # Colab's form cell: the title shows, the code stays folded
+                title = f"Solution to {conv.solution or 'the exercise above'}"
+                cell["source"] = f"# @title {title} (double-click to show the code)\n"
+                cell["source"] = [cell["source"]] + source.splitlines(keepends=True)
+                cell["metadata"]["cellView"] = "form"
+            cells.append(cell)
             continue
-        text = conv.markdown("".join(cell["source"]))
+        opens = "{solution-start}" in source
+        text = conv.markdown(source)
+        if opens:
+            text = text.rstrip() + "\n\n</details>"
+        if not text.strip():  # the closing {solution-end} cell
+            continue
         cell["source"] = re.sub(r"\n{3,}", "\n\n", text).splitlines(keepends=True)
+        cells.append(cell)
+    out["cells"] = cells
     out.setdefault("metadata", {})["posenc_edition"] = "colab"
     return out, conv
 

@@ -10,14 +10,17 @@ locally and in Colab). ``tools/build/site.py`` runs it and the site serves the z
 
 What is removed:
 
-* solutions: ``{solution}`` directives in Markdown cells, each replaced by one line
-  that says where the solution is;
+* solutions: every cell tagged ``solution`` (a solution is stored in sphinx-exercise's
+  gated form, ``{solution-start}`` … ``{solution-end}``, in cells of its own: the
+  prose and, for a coding exercise, its code; see tools/authoring/exercise_cells.py);
 * code cells tagged ``solution-check``: the hidden cells (also tagged ``remove-cell``,
   so the site hides them too) that assert a solution's answer. ``remove-cell`` alone
   does not remove a cell here: the Colab install cell and cells that only glue values
   for the prose carry it and are needed.
 
-What is added: after each exercise, an empty code cell (tagged ``answer``) to work in.
+What is added: after each exercise, a code cell (tagged ``answer``) to work in: empty,
+or for a coding exercise the check's stub (``posenc_lib.exercises``), followed by the
+check cell the chapter has (tagged ``check``, kept).
 Every other code cell is copied unchanged and in order, so a student notebook executes
 as its chapter does (tests/test_student_edition.py checks that, and runs a student
 notebook top to bottom).
@@ -39,18 +42,9 @@ ZIP_NAME = "posenc-student-notebooks.zip"
 CHECK_TAG = "solution-check"
 SOLUTION_TAG = "solution"  # a coding exercise's solution code (hide-cell on the site)
 ANSWER_TAG = "answer"
-SOLUTION = re.compile(
-    r"^(?P<fence>`{3,}|:{3,})\{solution\}\s*(?P<label>\S*)[^\n]*\n"
-    r".*?^(?P=fence)[ \t]*\n?",
-    re.M | re.S,
-)
 EXERCISE = re.compile(
     r"^(?P<fence>`{3,}|:{3,})\{exercise\}[^\n]*\n.*?^(?P=fence)[ \t]*\n?",
     re.M | re.S,
-)
-PLACEHOLDER = (
-    "*(Solution to `{label}` removed in the student edition: it is on the course "
-    "website, in this chapter.)*\n"
 )
 README = """\
 # Positional Encoding: Past, Present and Future: student notebooks
@@ -115,15 +109,11 @@ def answer_cell(cell_id: str, name: str) -> dict:
 
 
 def split_after_exercises(cell: dict, first: int, prefix: str) -> list[dict]:
-    """The Markdown ``cell`` cut after each exercise (and the placeholder of its
-    solution), with an answer cell after each piece; ``first``: the number of the
-    cell's first exercise in the chapter, ``prefix``: "Exercise 7." or "Exercise "."""
+    """The Markdown ``cell`` cut after each exercise, with an answer cell after each
+    piece; ``first``: the number of the cell's first exercise in the chapter,
+    ``prefix``: "Exercise 7." or "Exercise "."""
     text = "".join(cell["source"])
-    ends = []
-    for m in EXERCISE.finditer(text):
-        end = m.end()
-        after = re.match(r"\s*\*\(Solution to `[^`]*` removed[^\n]*\n?", text[end:])
-        ends.append(end + (after.end() if after else 0))
+    ends = [m.end() for m in EXERCISE.finditer(text)]
     if not ends:
         return [cell]
     out, start = [], 0
@@ -150,28 +140,22 @@ def strip_solutions(nb: dict, chapter: int | None = None) -> tuple[dict, int]:
     for k, cell in enumerate(out["cells"]):
         if is_solution_check(cell):
             continue
-        if is_solution_code(cell):
-            # the answer cell made after the exercise starts from the check's stub
-            from posenc_lib.exercises import all_checks
-
-            label = checked_label(out["cells"], k)
-            removed += 1
+        if SOLUTION_TAG in cell["metadata"].get("tags", []):
+            # a solution's cells (gated: solution-start, code, solution-end)
+            removed += "{solution-start}" in "".join(cell["source"])
+            label = checked_label(out["cells"], k) if is_solution_code(cell) else None
             if label and cells and ANSWER_TAG in cells[-1]["metadata"].get("tags", []):
-                stub = all_checks()[label].stub
-                cells[-1]["source"] = stub.splitlines(keepends=True)
+                # the answer cell made after the exercise starts from the check's stub
+                from posenc_lib.exercises import all_checks
+
+                cells[-1]["source"] = all_checks()[label].stub.splitlines(keepends=True)
             continue
         if cell["cell_type"] != "markdown":
             cells.append(cell)
             continue
         text = "".join(cell["source"])
-        new, n = SOLUTION.subn(
-            lambda m: PLACEHOLDER.format(label=m.group("label") or "exercise"), text
-        )
-        if n:
-            removed += n
-            cell["source"] = new.splitlines(keepends=True)
         pieces = split_after_exercises(cell, exercises + 1, prefix)
-        exercises += len(EXERCISE.findall(new))
+        exercises += len(EXERCISE.findall(text))
         cells += pieces
     out["cells"] = cells
     out.setdefault("metadata", {})["posenc_edition"] = "student"
