@@ -111,9 +111,12 @@ CLIPPED_JS = """(phone) => {
       out.push(`output ${e.scrollWidth}px in ${e.clientWidth}px: ` + line.slice(0, 60));
     }
   }
+  // a wide formula scrolls on a phone; a wide table scrolls at any width (its words
+  // are never split, see BROKEN_WORDS_JS)
   const boxes = 'mjx-container[display="true"], article table';
   for (const e of document.querySelectorAll(boxes)) {
-    if (wide(e) && !(phone && scrolls(e))) {
+    const table = e.tagName === 'TABLE';
+    if (wide(e) && !((phone || table) && scrolls(e))) {
       const what = e.tagName === 'TABLE' ? 'table' : 'formula';
       out.push(`${what} ${e.scrollWidth}px in ${e.clientWidth}px: `
                + e.textContent.slice(0, 50));
@@ -123,12 +126,69 @@ CLIPPED_JS = """(phone) => {
 }"""
 
 
+# Every word of a table drawn on one line: a word (split at spaces and hyphens) whose
+# text spans two line boxes was broken mid-word ("encodi/ng"). Text inside typeset
+# maths is skipped (MathJax lays it out itself).
+BROKEN_WORDS_JS = """() => {
+  const out = [];
+  for (const cell of document.querySelectorAll('article table td, article table th')) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    let node;
+    while ((node = walker.nextNode())) {
+      if (node.parentElement.closest('mjx-container')) continue;
+      const re = /[^\\s\\-\u2010-\u2014]{2,}/g;
+      let m;
+      while ((m = re.exec(node.textContent))) {
+        const r = document.createRange();
+        r.setStart(node, m.index);
+        r.setEnd(node, m.index + m[0].length);
+        const lines = new Set(Array.from(r.getClientRects())
+          .filter((x) => x.width > 0).map((x) => Math.round(x.bottom)));
+        if (lines.size > 1) out.push(m[0]);
+      }
+    }
+  }
+  return out;
+}"""
+
+# A table column that holds one value in every row says nothing (a "not measured"
+# column): tables of three rows or more only.
+CONSTANT_COLUMNS_JS = """() => {
+  const out = [];
+  for (const table of document.querySelectorAll('article table')) {
+    const rows = Array.from(table.querySelectorAll('tbody tr'));
+    if (rows.length < 3) continue;
+    const heads = Array.from(table.querySelectorAll('thead th'));
+    const width = rows[0].children.length;
+    for (let c = 0; c < width; c++) {
+      const values = new Set(rows.map((r) => (r.children[c] || {}).textContent));
+      if (values.size === 1) {
+        out.push(`column "${(heads[c] || {}).textContent}" is "${[...values][0]}"`);
+      }
+    }
+  }
+  return out;
+}"""
+
+TABLE_PAGES = NOTEBOOK_PAGES + ["book/teaching/chapters", "book/appendix/errata"]
+
+
 @pytest.mark.parametrize("width", [1280, 390])
 @pytest.mark.parametrize("entry", NOTEBOOK_PAGES)
 def test_nothing_is_clipped_at_desktop_or_phone_width(open_page, entry, width):
     page = open_page(f"{entry}.html", width=width)
     clipped = page.evaluate(CLIPPED_JS, width < 720)
     assert not clipped, f"{entry} at {width}px:\n" + "\n".join(clipped[:15])
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+@pytest.mark.parametrize("entry", TABLE_PAGES)
+def test_tables_split_no_word_and_have_no_constant_column(open_page, entry, width):
+    page = open_page(f"{entry}.html", width=width)
+    broken = page.evaluate(BROKEN_WORDS_JS)
+    assert not broken, f"{entry} at {width}px, words split: {sorted(set(broken))[:15]}"
+    constant = page.evaluate(CONSTANT_COLUMNS_JS)
+    assert not constant, f"{entry}: " + "; ".join(constant)
 
 
 def test_the_student_edition_downloads_from_the_teaching_guide(open_page):

@@ -117,8 +117,10 @@ def render() -> str:
             else "not measured (no GPU was available when the times were taken)."
         ),
         "",
-        "| # | chapter | objectives | exercises | CPU | GPU |",
-        "|---:|---|---:|---:|---:|---:|",
+        # a GPU column only when a GPU was measured (a column of "not measured" says
+        # nothing the sentence above does not)
+        "| # | chapter | objectives | exercises | CPU |" + (" GPU |" if gpu else ""),
+        "|---:|---|---:|---:|---:|" + ("---:|" if gpu else ""),
     ]
     infos = {entry: chapter_info(entry) for _, entry in chapters}
     for number, (_, entry) in enumerate(chapters, start=1):
@@ -130,9 +132,9 @@ def render() -> str:
             f"| {number} | [{info['title']}]({link}) | {len(info['objectives'])} | "
             f"{len(info['exercises'])} | "
             + (f"{seconds:.0f} s" if seconds is not None else "not measured")
-            + " | "
-            + (f"{gpu_s:.0f} s" if gpu_s is not None else "not measured")
             + " |"
+            + ((f" {gpu_s:.0f} s" if gpu_s is not None else " not measured") + " |")
+            * bool(gpu)
         )
     part = None
     for number, (caption, entry) in enumerate(chapters, start=1):
