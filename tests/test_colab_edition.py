@@ -116,6 +116,11 @@ def test_colab_edition_keeps_exercises_solutions_and_references(edition, entry):
             assert cell["metadata"].get("cellView") == "form"
             assert "".join(cell["source"]).startswith("# @title Solution to Exercise")
     assert not any("{solution-end}" in "".join(c["source"]) for c in cells)
+    # each captioned figure: its numbered caption in the cell after it
+    for k, cell in enumerate(cells):
+        if cell.get("metadata", {}).get("mystnb", {}).get("figure"):
+            after = "".join(cells[k + 1]["source"])
+            assert after.startswith(f"**Figure {chapter}."), after[:80]
     if "{footbibliography}" in source:
         cited = set(re.findall(r"\{(?:foot)?cite:?[pt]?\}`([^`]*)`", source))
         assert cited and html.count("<li>") >= 1

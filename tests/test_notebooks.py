@@ -113,6 +113,29 @@ def test_notebook_follows_the_chapter_skeleton(path):
     )
 
 
+DRAWS = re.compile(r"plt\.(subplots|figure)\(")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
+def test_every_figure_has_a_caption_and_alt_text(path):
+    """A cell that draws a figure carries myst-nb's figure metadata: a caption (the
+    site numbers it, "Fig. 14.1"; the Colab edition prints it under the figure), a
+    name to link to, and alt text that says what the figure shows."""
+    for cell in load(path)["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] != "code" or not DRAWS.search(source):
+            continue
+        if re.match(r"\s*(def|class) ", source):  # defines a plotting helper
+            continue
+        meta = cell["metadata"].get("mystnb", {})
+        caption = meta.get("figure", {}).get("caption", "")
+        alt = meta.get("image", {}).get("alt", "")
+        where = f"{path.name} cell {cell.get('id')}"
+        assert len(caption) > 30, f"{where}: mystnb.figure.caption missing or empty"
+        assert meta["figure"].get("name", "").startswith("fig-"), f"{where}: name"
+        assert len(alt) > 30 and alt != caption, f"{where}: mystnb.image.alt"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
 def test_notebook_uses_the_python3_kernel(path):
     assert load(path)["metadata"]["kernelspec"]["name"] == "python3"

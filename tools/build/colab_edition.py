@@ -37,7 +37,10 @@ install cell stays first):
 * ``{doc}``, ``{ref}``, ``{numref}`` → links to the website; ``{math}`` → ``$…$``;
   links to another chapter (``../part0/x.ipynb``) → that chapter's Colab edition;
 * directive options (``:label:``, ``:class:``, ...) and ``(label)=`` targets are
-  dropped.
+  dropped;
+* a figure's caption (myst-nb's cell metadata ``mystnb.figure.caption``, numbered
+  "Fig. 14.1" on the site) → a Markdown cell after the figure's cell, "**Figure
+  14.1.** …", numbered the same way.
 
 tests/test_colab_edition.py renders every generated notebook as Colab does
 (CommonMark, no MyST) and fails on any MyST markup left.
@@ -92,7 +95,8 @@ TITLES = {
     "error": "Error", "seealso": "See also", "prf:proof": "Proof",
 }  # fmt: skip
 NUMBERED = {"exercise": "Exercise", "prf:theorem": "Theorem", "prf:lemma": "Lemma",
-            "prf:definition": "Definition", "prf:example": "Example"}  # fmt: skip
+            "prf:definition": "Definition", "prf:example": "Example",
+            "figure": "Figure"}  # fmt: skip
 
 
 class MissingValue(LookupError):
@@ -447,6 +451,18 @@ def convert(
                 cell["source"] = [cell["source"]] + source.splitlines(keepends=True)
                 cell["metadata"]["cellView"] = "form"
             cells.append(cell)
+            caption = cell.get("metadata", {}).get("mystnb", {}).get("figure", {})
+            if caption.get("caption"):
+                # the site's numbered caption (myst-nb's figure metadata), as text
+                title = conv.number("figure")
+                cells.append(
+                    {
+                        "cell_type": "markdown",
+                        "id": f"{cell.get('id', 'fig')}-caption",
+                        "metadata": {},
+                        "source": [f"**{title}.** {conv.inline(caption['caption'])}"],
+                    }
+                )
             continue
         opens = "{solution-start}" in source
         text = conv.markdown(source)
