@@ -39,7 +39,14 @@ from .measure import (
 from .model import TinyTransformer
 from .models_data import DEPLOYED_MODELS, model_table, spec_inv_freq
 from .positions import Positions
-from .plotting import COLORS, color_for, heatmap, set_plot_style
+from .plotting import (
+    COLORS,
+    color_for,
+    heatmap,
+    label_points,
+    overlapping_labels,
+    set_plot_style,
+)
 from .registry import NEEDS_MAX_LEN, REGISTRY, make_encoding, register
 from .taxonomy import four_term_table
 from .train import accuracy, evaluate, train
@@ -89,6 +96,8 @@ __all__ = [
     "COLORS",
     "color_for",
     "heatmap",
+    "label_points",
+    "overlapping_labels",
     "set_plot_style",
     "REGISTRY",
     "KVCache",

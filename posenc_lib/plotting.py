@@ -6,7 +6,14 @@ import matplotlib as mpl
 import matplotlib.pyplot as plt
 import torch
 
-__all__ = ["set_plot_style", "heatmap", "COLORS", "color_for"]
+__all__ = [
+    "set_plot_style",
+    "heatmap",
+    "COLORS",
+    "color_for",
+    "label_points",
+    "overlapping_labels",
+]
 
 # One colour per encoding, so a method looks the same in every chapter's figures.
 COLORS: dict[str, str] = {
@@ -84,3 +91,110 @@ def heatmap(
     if colorbar:
         plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     return ax
+
+
+def label_points(
+    ax: plt.Axes,
+    xs,
+    ys,
+    labels: list[str],
+    fontsize: float = 6,
+    max_steps: int = 40,
+) -> list[mpl.text.Text]:
+    """Write ``labels[k]`` next to the point ``(xs[k], ys[k])`` of ``ax`` so that no
+    two labels overlap each other or cover a point; returns the text artists.
+
+    Greedy placement in display coordinates (call it after the axes' limits and
+    scales are set): for each point in turn, try offsets around it at growing
+    distance (up to ``max_steps`` rings of 8 directions, 4 points apart) and keep the
+    first whose text box meets no box placed so far and no marker; a label moved
+    away from its point gets a thin leader line. Raises ``RuntimeError`` naming the
+    label when no place is found, so a crowded figure fails instead of drawing text
+    over text. (adjustText does this iteratively with a physics model; this is a
+    deterministic 40-line version without the extra dependency.)
+    """
+    if not (len(xs) == len(ys) == len(labels)):
+        raise ValueError(
+            f"xs, ys and labels must have one entry per point, got "
+            f"{len(xs)}, {len(ys)} and {len(labels)}"
+        )
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    to_px = ax.transData.transform
+    points = [to_px((float(x), float(y))) for x, y in zip(xs, ys)]
+    marker = 3.0  # half the side of the box kept free around each point (px)
+    taken = [
+        mpl.transforms.Bbox.from_extents(
+            px - marker, py - marker, px + marker, py + marker
+        )
+        for px, py in points
+    ]
+    directions = [(1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0), (0, 1), (0, -1)]
+    pt_to_px = fig.dpi / 72
+    texts = []
+    for x, y, label in zip(xs, ys, labels):
+        placed = None
+        for step in range(1, max_steps + 1):
+            for dx, dy in directions:
+                off = (dx * 4 * step, dy * 4 * step)  # points
+                ha = "left" if dx > 0 else ("right" if dx < 0 else "center")
+                va = "bottom" if dy > 0 else ("top" if dy < 0 else "center")
+                text = ax.annotate(
+                    label,
+                    (float(x), float(y)),
+                    xytext=off,
+                    textcoords="offset points",
+                    fontsize=fontsize,
+                    ha=ha,
+                    va=va,
+                )
+                box = text.get_window_extent(renderer).padded(1)
+                inside = ax.get_window_extent(renderer)
+                clear = not any(box.overlaps(b) for b in taken) and (
+                    inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1)
+                )
+                text.remove()
+                if clear:
+                    placed = (box, off, ha, va)
+                    break
+            if placed:
+                break
+        if placed is None:
+            raise RuntimeError(f"label_points: no free place for the label {label!r}")
+        box, off, ha, va = placed
+        far = max(abs(off[0]), abs(off[1])) * pt_to_px > 12
+        texts.append(
+            ax.annotate(
+                label,
+                (float(x), float(y)),
+                xytext=off,
+                textcoords="offset points",
+                fontsize=fontsize,
+                ha=ha,
+                va=va,
+                arrowprops=(
+                    {"arrowstyle": "-", "lw": 0.4, "color": "0.5", "shrinkA": 0}
+                    if far
+                    else None
+                ),
+            )
+        )
+        taken.append(box)
+    return texts
+
+
+def overlapping_labels(texts: list[mpl.text.Text]) -> list[tuple[str, str]]:
+    """The pairs of ``texts`` whose drawn boxes overlap (empty when none do)."""
+    renderer = texts[0].figure.canvas.get_renderer() if texts else None
+    boxes = []
+    for t in texts:
+        # the text's own box (an Annotation's extent also covers its leader line)
+        if isinstance(t, mpl.text.Annotation):
+            t.update_positions(renderer)
+        boxes.append(mpl.text.Text.get_window_extent(t, renderer))
+    return [
+        (texts[a].get_text(), texts[b].get_text())
+        for a in range(len(texts))
+        for b in range(a + 1, len(texts))
+        if boxes[a].overlaps(boxes[b])
+    ]
