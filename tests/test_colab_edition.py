@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import subprocess
 
 import pytest
 from markdown_it import MarkdownIt
@@ -245,3 +246,36 @@ def test_the_instructor_edition_holds_every_solution(edition):
             assert archive.read(f"{entry}.ipynb").decode().count("<details>") >= (
                 solutions
             ), entry
+
+
+def test_publishing_commits_the_edition_to_its_branch_without_touching_the_tree(
+    tmp_path,
+):
+    from tools.build import publish_colab
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+
+    def git(*args):
+        return subprocess.run(
+            ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+        ).stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    git("config", "user.email", "ci@example.org")
+    git("config", "user.name", "ci")
+    (repo / "README.md").write_text("main\n")
+    git("add", "README.md")
+    git("commit", "-qm", "main")
+    edition = tmp_path / "colab"
+    (edition / "book" / "part3").mkdir(parents=True)
+    (edition / "book" / "part3" / "alibi.ipynb").write_text("{}\n")
+    first = publish_colab.publish(edition, repo, "colab")
+    assert git("ls-tree", "-r", "--name-only", "colab") == "book/part3/alibi.ipynb"
+    (edition / "book" / "part3" / "alibi.ipynb").write_text('{"v": 2}\n')
+    second = publish_colab.publish(edition, repo, "colab")
+    assert git("rev-parse", "colab^") == first and second != first
+    # the checked-out branch, its index and its files are untouched
+    assert git("rev-parse", "--abbrev-ref", "HEAD") == "main"
+    assert git("status", "--porcelain") == ""
+    assert "Colab edition of" in git("log", "-1", "--format=%s", "colab")

@@ -106,6 +106,8 @@ def test_chapter_page_renders_for_a_reader(open_page, entry):
     assert any(entry + ".ipynb" in href for href in colab), (
         f"no Colab launch link for {entry}: {colab}"
     )
+    # ... to the Colab edition (branch colab), which renders in Colab as the page does
+    assert all("/blob/colab/" in href for href in colab), colab
     # The Colab install cell is hidden on the website.
     assert "google.colab" not in page.inner_text("article")
     assert all("mathjax" not in url.lower() for url in open_page.blocked), (
