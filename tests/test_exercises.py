@@ -109,7 +109,8 @@ def test_check_prints_one_verdict_and_returns_nothing():
     with contextlib.redirect_stdout(out):
         returned = pl.exercises.check(label, ...)
     assert returned is None
-    assert out.getvalue().startswith(f"Exercise {label}: not yet.")
+    number = pl.exercises.numbers()[label]
+    assert out.getvalue().startswith(f"Exercise {number} ({label}): not yet.")
     assert pl.exercises.results()[label].passed is False
 
 
@@ -123,3 +124,28 @@ def test_registering_rejects_a_bad_label_and_a_second_check():
         pl.exercises.exercise("rope-complex", chapter="part3/rope", stub="")
     with pytest.raises(ValueError, match="already has a check"):
         pl.exercises.exercise(sorted(CHECKS)[0], chapter="x", stub="")
+
+
+def test_an_exercise_is_found_by_its_number_on_the_site_too():
+    label = sorted(CHECKS)[0]
+    number = pl.exercises.numbers()[label]
+    assert verify(number, ...).label == label
+    with pytest.raises(KeyError, match="no exercise 999.1"):
+        verify("999.1", ...)
+    with pytest.raises(TypeError, match="exercise must be a label"):
+        verify(14.1, ...)
+
+
+def test_the_committed_exercise_numbers_are_what_the_tool_generates():
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.build.exercise_numbers", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    numbers = json.loads((ROOT / "posenc_lib/data/exercise_numbers.json").read_text())
+    assert len(numbers) == len(set(numbers.values())) >= 100

@@ -34,8 +34,11 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.resources
+import json
 import math
 import pkgutil
+import re
 from typing import Any, Callable
 
 import numpy as np
@@ -54,6 +57,7 @@ __all__ = [
     "Wrong",
     "CHECKS",
     "all_checks",
+    "numbers",
 ]
 
 
@@ -72,7 +76,9 @@ class Result:
     def __str__(self) -> str:
         mark = "right" if self.passed else "not yet"
         text = self.message[:1].upper() + self.message[1:]
-        return f"Exercise {self.label}: {mark}. {text}"
+        number = numbers().get(self.label)
+        name = f"{number} ({self.label})" if number else self.label
+        return f"Exercise {name}: {mark}. {text}"
 
 
 @dataclasses.dataclass
@@ -115,10 +121,41 @@ def _unanswered(answer: Any) -> bool:
     return answer is None or answer is Ellipsis
 
 
+def numbers() -> dict[str, str]:
+    """Every exercise's number on the site, by label ("ex-rope-complex": "14.1"):
+    ``posenc_lib/data/exercise_numbers.json``, written by
+    ``tools/build/exercise_numbers.py`` from _toc.yml."""
+    global _NUMBERS
+    if _NUMBERS is None:
+        path = importlib.resources.files("posenc_lib") / "data/exercise_numbers.json"
+        _NUMBERS = json.loads(path.read_text()) if path.is_file() else {}
+    return _NUMBERS
+
+
+_NUMBERS: dict[str, str] | None = None
+
+
+def _label(exercise: str) -> str:
+    """``exercise`` as a label: "14.1" -> "ex-rope-complex"; a label unchanged."""
+    if not isinstance(exercise, str):
+        raise TypeError(
+            f"exercise must be a label like 'ex-rope-complex' or a number like '14.1', "
+            f"got {type(exercise).__name__}"
+        )
+    if re.fullmatch(r"\d+\.\d+", exercise.strip()):
+        by_number = {n: label for label, n in numbers().items()}
+        if exercise.strip() not in by_number:
+            raise KeyError(f"there is no exercise {exercise} in the course")
+        return by_number[exercise.strip()]
+    return exercise
+
+
 def verify(label: str, answer: Any) -> Result:
-    """Run the check of ``label`` on ``answer`` and return its verdict (never raises
-    over the answer; an unknown label is a KeyError naming the known ones)."""
+    """Run the check of exercise ``label`` (its label, "ex-rope-complex", or its
+    number on the site, "14.1") on ``answer`` and return its verdict (never raises
+    over the answer; an unknown exercise is a KeyError naming the known ones)."""
     _load()
+    label = _label(label)
     if label not in CHECKS:
         known = ", ".join(sorted(CHECKS)) or "none"
         raise KeyError(f"no check for exercise {label!r}; known: {known}")
@@ -141,7 +178,8 @@ def verify(label: str, answer: Any) -> Result:
 
 
 def check(label: str, answer: Any) -> None:
-    """Check ``answer`` to exercise ``label`` and print the verdict."""
+    """Check ``answer`` to exercise ``label`` ("ex-rope-complex" or "14.1") and print
+    the verdict."""
     print(verify(label, answer))
 
 
