@@ -96,13 +96,12 @@ SLOPES = (0.5, 1 / 16, 1 / 256)
 
 
 def _numeric_half(slope: float, n_keys: int = 4096) -> float:
-    """Count, with pl.attention, the recent keys a zero query needs for half its
-    weight (the last query of a head with this slope, all scores 0)."""
-    q = torch.zeros(1, 1, n_keys, 4, dtype=torch.float64)
-    pe = pl.ALiBi(1)
-    pe.slopes.fill_(slope)
-    _, w = pl.attention(q, q, q, pe, causal=True, return_weights=True)
-    by_distance = w[0, 0, -1].flip(0).cumsum(0)  # weight of the k+1 nearest keys
+    """Count, with pl.alibi_bias, the recent keys a content-free query needs for
+    half its weight (the last of n_keys queries, all scores 0)."""
+    slopes = torch.tensor([slope], dtype=torch.float64)
+    k_pos = torch.arange(n_keys)[None]  # (1, j)
+    bias = pl.alibi_bias(slopes, k_pos[:, -1:], k_pos)  # (1, 1, 1, j)
+    by_distance = bias[0, 0, 0].softmax(-1).flip(0).cumsum(0)  # the k+1 nearest
     return float((by_distance < 0.5).sum() + 1)
 
 
@@ -132,9 +131,9 @@ def _(answer):
             )
         counted = _numeric_half(m)
         raise Wrong(
-            f"on {desc}, your answer is {got:.6g} keys; pl.attention with a zero "
-            f"query over 4096 keys needs {counted:.0f} of the nearest keys to reach "
-            "half the weight"
+            f"on {desc}, your answer is {got:.6g} keys; with pl.alibi_bias, a query "
+            f"with zero scores over 4096 keys needs {counted:.0f} of the nearest keys "
+            "to reach half the weight"
         )
     counted = _numeric_half(SLOPES[-1])
     expect(
@@ -144,12 +143,12 @@ def _(answer):
     return (
         "within one key of the count for m = "
         + ", ".join(f"{m:g}" for m in SLOPES)
-        + f"; pl.attention counts {counted:.0f} keys for m = 1/256."
+        + f"; pl.alibi_bias counts {counted:.0f} keys for m = 1/256."
     )
 
 
 plant("ex-alibi-window", lambda m: 1 / m, says="mean distance")
 plant("ex-alibi-window", lambda m: math.log(2) * m, says="grows with m")
-plant("ex-alibi-window", lambda m: math.log(2) / m / 2, says="pl.attention with a zero")
+plant("ex-alibi-window", lambda m: math.log(2) / m / 2, says="needs")
 plant("ex-alibi-window", lambda m: [1, 2], says="expected a number")
 plant("ex-alibi-window", lambda m: None, says="returned None")

@@ -22,7 +22,7 @@ def fox_half_window(f):
 GATES = (0.9, 0.99, 0.5)
 
 
-def _numeric_half(f: float, n: int = 4000) -> int:
+def _numeric_half(f: float, n: int = 1000) -> int:
     """The recent keys needed for half the weight, counted with pl.forgetting_bias."""
     log_f = torch.full((1, 1, n), math.log(f), dtype=torch.float64)
     weights = pl.forgetting_bias(log_f)[0, 0, -1].softmax(-1)
@@ -56,7 +56,7 @@ def _(answer):
         counted = _numeric_half(f)
         raise Wrong(
             f"on {desc}, your answer is {value:.6g} keys; with pl.forgetting_bias "
-            f"over 4000 keys, {counted} of the nearest keys reach half the weight"
+            f"over 1000 keys, {counted} of the nearest keys reach half the weight"
         )
     counted = _numeric_half(0.99)
     expect(
@@ -72,7 +72,7 @@ def _(answer):
 
 plant("ex-fox-window", lambda f: 1 / (1 - f), says="mean number of keys")
 plant("ex-fox-window", lambda f: math.log(2) / (1 - f), says="1 - f where")
-plant("ex-fox-window", lambda f: math.log10(2) / -math.log10(f) / 2, says="4000 keys")
+plant("ex-fox-window", lambda f: math.log10(2) / -math.log10(f) / 2, says="1000 keys")
 plant("ex-fox-window", lambda f: [69.0], says="expected a number")
 plant("ex-fox-window", lambda f: None, says="returned None")
 
