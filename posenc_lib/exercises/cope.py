@@ -172,3 +172,66 @@ plant(
 )
 plant("ex-cope-bidirectional", lambda g: _loops(g)[0], says="has shape")
 plant("ex-cope-bidirectional", lambda g: None, says="returned None")
+
+
+GRAD_STUB = '''\
+def gate_gradient(q, logits, table):
+    """The gradient (b, h, i, j) of pl.cope_bias(q, logits, table).sum() with
+    respect to the gate logits (b, h, i, j), by autograd; q (b, h, i, d),
+    table (P, d)."""
+    ...  # your code
+'''
+
+
+def _causal_logits(gen: torch.Generator, b: int, h: int, n: int) -> torch.Tensor:
+    logits = torch.randn(b, h, n, n, generator=gen, dtype=torch.float64)
+    return logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -torch.inf)
+
+
+def _grad(q, logits, table):
+    s = logits.clone().requires_grad_()
+    (g,) = torch.autograd.grad(pl.cope_bias(q, s, table).sum(), s)
+    return g
+
+
+@exercise("ex-cope-zero-grad", chapter="part4/cope", stub=GRAD_STUB)
+def _(answer):
+    gen = torch.Generator().manual_seed(12)
+    b, h, n, d, P = 2, 2, 6, 4, 7
+    q = torch.randn(b, h, n, d, generator=gen, dtype=torch.float64)
+    logits = _causal_logits(gen, b, h, n)
+    tables = [
+        ("a random table e", torch.randn(P, d, generator=gen, dtype=torch.float64)),
+        ("the zero table e", torch.zeros(P, d, dtype=torch.float64)),
+    ]
+    for name, table in tables:
+        desc = f"q of shape {(b, h, n, d)}, causal logits, {name} ({P}, {d})"
+        got = call(answer, q.clone(), logits.clone(), table.clone(), desc=desc)
+        want = _grad(q, logits, table)
+        if isinstance(got, torch.Tensor) and got.shape == (P, d):
+            raise Wrong(
+                f"on {desc}, your gradient has the table's shape (P, d): take it "
+                "with respect to the logits"
+            )
+        expect_close(got, want, desc=desc, what="your gradient", atol=1e-9)
+    return (
+        "equals autograd's gradient with respect to the logits for a random table "
+        "(non-zero) and for the zero table (exactly zero)."
+    )
+
+
+def _table_grad(q, logits, table):
+    t = table.clone().requires_grad_()
+    (g,) = torch.autograd.grad(pl.cope_bias(q, logits, t).sum(), t)
+    return g
+
+
+plant("ex-cope-zero-grad", lambda q, s, e: torch.zeros_like(s), says="differs at")
+plant("ex-cope-zero-grad", _table_grad, says="the table's shape")
+plant("ex-cope-zero-grad", lambda q, s, e: s, says="non-finite entry")
+plant(
+    "ex-cope-zero-grad",
+    lambda q, s, e: torch.autograd.grad(pl.cope_bias(q, s, e).sum(), s)[0],
+    says="your function raised RuntimeError",
+)
+plant("ex-cope-zero-grad", lambda q, s, e: None, says="returned None")
