@@ -1,0 +1,163 @@
+"""Checks for the exercises of book/part3/extending_rope.ipynb."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+import posenc_lib as pl
+from posenc_lib.exercises import Wrong, call, exercise, expect, expect_close, plant
+
+NTK_STUB = '''\
+def ntk_base(base, s, d):
+    """The base of NTK-aware scaling by a factor s for head size d (a float)."""
+    ...  # your code
+'''
+
+NTK_CASES = [(10_000.0, 8.0, 16), (10_000.0, 4.0, 64), (500_000.0, 2.0, 128)]
+
+
+@exercise("ex-extrope-ntk-exponent", chapter="part3/extending_rope", stub=NTK_STUB)
+def _(answer):
+    for base, s, d in NTK_CASES:
+        desc = f"base {base:g}, s = {s:g}, d = {d}"
+        got = call(answer, base, s, d, desc=desc)
+        try:
+            new_base = float(got)
+        except (TypeError, ValueError):
+            raise Wrong(
+                f"on {desc}, expected a number, got {type(got).__name__}"
+            ) from None
+        expect(
+            math.isfinite(new_base) and new_base > 1,
+            f"on {desc}, your base is {new_base:g}: a RoPE base must be > 1",
+        )
+        plain, _ = pl.rope_inv_freq(d, base)
+        scaled, _ = pl.rope_inv_freq(d, new_base)
+        ratio = float(scaled[-1] / plain[-1])  # the slowest pair's change
+        if math.isclose(new_base, base * s, rel_tol=1e-9):
+            raise Wrong(
+                f"on {desc}, your base is base * s (exponent 1): the slowest pair is "
+                f"divided by s^((d-2)/d) = {1 / ratio:.4g}, not by s = {s:g}"
+            )
+        if math.isclose(new_base, base * s ** ((d - 2) / d), rel_tol=1e-9):
+            raise Wrong(
+                f"on {desc}, your exponent is (d-2)/d, upside down: the slowest pair "
+                f"is divided by {1 / ratio:.4g}, not by s = {s:g}"
+            )
+        expect_close(
+            ratio,
+            1 / s,
+            desc=desc,
+            what="the slowest pair's frequency, relative to plain RoPE,",
+            rtol=1e-9,
+        )
+        want, _ = pl.rope_inv_freq(d, base, "ntk", factor=s)
+        expect_close(scaled, want, desc=desc, what="the frequencies", rtol=1e-9)
+    return (
+        "the slowest pair is divided by exactly s and the frequencies equal "
+        "pl.rope_inv_freq(d, base, 'ntk', factor=s) for (base, s, d) = "
+        + ", ".join(f"({b:g}, {s:g}, {d})" for b, s, d in NTK_CASES)
+        + "."
+    )
+
+
+plant("ex-extrope-ntk-exponent", lambda base, s, d: base * s, says="exponent 1")
+plant(
+    "ex-extrope-ntk-exponent",
+    lambda base, s, d: base * s ** ((d - 2) / d),
+    says="upside down",
+)
+plant(
+    "ex-extrope-ntk-exponent",
+    lambda base, s, d: base * s**2,
+    says="relative to plain RoPE",
+)
+plant("ex-extrope-ntk-exponent", lambda base, s, d: 1 / s, says="must be > 1")
+plant("ex-extrope-ntk-exponent", lambda base, s, d: None, says="returned None")
+
+
+RAMP_STUB = '''\
+def llama3_by_ramp(d_head, base, factor, L0, low, high):
+    """Llama 3's scaled frequencies (d_head/2,) written as YaRN's paper ramp:
+    gamma(r) = (r - alpha) / (beta - alpha) clipped to [0, 1], with r_i the turns
+    of pair i over L0 tokens, alpha = low, beta = high, and
+    theta_i' = (1 - gamma_i) theta_i / factor + gamma_i theta_i."""
+    ...  # your code
+'''
+
+RAMP_CASES = [
+    (128, 500_000.0, 8.0, 8192, 1.0, 4.0),  # Llama 3.1
+    (64, 10_000.0, 4.0, 2048, 2.0, 16.0),
+    (16, 10_000.0, 2.0, 32, 1.0, 4.0),
+]
+
+
+@exercise("ex-extrope-llama3", chapter="part3/extending_rope", stub=RAMP_STUB)
+def _(answer):
+    for d, base, factor, L0, low, high in RAMP_CASES:
+        desc = (
+            f"d_head = {d}, base {base:g}, factor {factor:g}, L0 = {L0}, "
+            f"low {low:g}, high {high:g}"
+        )
+        got = call(answer, d, base, factor, L0, low, high, desc=desc)
+        want, _ = pl.rope_inv_freq(
+            d,
+            base,
+            "llama3",
+            factor=factor,
+            original_max_position_embeddings=L0,
+            low_freq_factor=low,
+            high_freq_factor=high,
+        )
+        theta, _ = pl.rope_inv_freq(d, base)
+        if isinstance(got, torch.Tensor) and got.shape == want.shape:
+            g = got.detach().double()
+            # the ramp the other way round: keep the slow pairs, scale the fast
+            turns = L0 * theta / (2 * math.pi)
+            gamma = ((turns - low) / (high - low)).clamp(0, 1)
+            if torch.allclose(g, gamma * theta / factor + (1 - gamma) * theta):
+                raise Wrong(
+                    f"on {desc}, your ramp is the wrong way round: pairs that turn "
+                    "many times over L0 keep their frequency, slow pairs are divided"
+                )
+            wl = 2 * math.pi / theta  # wavelengths instead of turns
+            gamma = ((wl - low) / (high - low)).clamp(0, 1)
+            if torch.allclose(g, (1 - gamma) * theta / factor + gamma * theta):
+                raise Wrong(
+                    f"on {desc}, your ramp reads the wavelength 2 pi / theta_i; r_i "
+                    "counts turns over L0 tokens, L0 theta_i / (2 pi)"
+                )
+        expect_close(got, want, desc=desc, what="your inv_freq", rtol=1e-6)
+    return (
+        "equals pl.rope_inv_freq(..., 'llama3') for Llama 3.1's values and two other "
+        "settings: the ramp in turns r_i = L0 theta_i / (2 pi) is Llama 3's rule."
+    )
+
+
+def _ramp(d, base, factor, L0, low, high, *, turns_of=None, flip=False):
+    theta, _ = pl.rope_inv_freq(d, base)
+    r = turns_of(theta) if turns_of else L0 * theta / (2 * math.pi)
+    gamma = ((r - low) / (high - low)).clamp(0, 1)
+    if flip:
+        gamma = 1 - gamma
+    return (1 - gamma) * theta / factor + gamma * theta
+
+
+plant(
+    "ex-extrope-llama3",
+    lambda *a: _ramp(*a, flip=True),
+    says="wrong way round",
+)
+plant(
+    "ex-extrope-llama3",
+    lambda *a: _ramp(*a, turns_of=lambda t: 2 * math.pi / t),
+    says="wavelength",
+)
+plant(
+    "ex-extrope-llama3",
+    lambda *a: _ramp(*a, turns_of=lambda t: a[3] * t),
+    says="your inv_freq differs",
+)
+plant("ex-extrope-llama3", lambda *a: None, says="returned None")

@@ -1,0 +1,284 @@
+"""Checks for the exercises of book/part4/stick_breaking.ipynb."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+import posenc_lib as pl
+from posenc_lib.exercises import Wrong, call, exercise, expect, expect_close, plant
+
+CHAPTER = "part4/stick_breaking"
+
+UNIFORM_STUB = '''\
+def uniform_logits(n):
+    """Break-point logits (n,) of a query's n keys, oldest first (key j = 0 .. n-1
+    is n - j tokens back), that give each key 1/(n+1) of the stick."""
+    ...  # your code
+'''
+
+SIZES = (3, 8, 17)
+
+
+def _last_row(z: torch.Tensor) -> torch.Tensor:
+    """Stick-breaking weights (n,) of a query after n keys with logits z (n,)."""
+    n = z.shape[0]
+    scores = torch.zeros(1, 1, n + 1, n + 1, dtype=torch.float64)
+    scores[0, 0, -1, :n] = z
+    return pl.stick_breaking_weights(scores)[0, 0, -1, :n]
+
+
+@exercise("ex-sb-uniform", chapter=CHAPTER, stub=UNIFORM_STUB)
+def _(answer):
+    for n in SIZES:
+        desc = f"n = {n} keys"
+        got = call(answer, n, desc=desc)
+        try:
+            z = torch.as_tensor(got).detach().to(torch.float64).flatten()
+        except (TypeError, ValueError, RuntimeError):
+            raise Wrong(
+                f"on {desc}, expected a tensor of logits, got {type(got).__name__}"
+            ) from None
+        expect(z.numel() == n, f"on {desc}, your function gave {z.numel()} logits")
+        expect(not bool(z.isnan().any()), f"on {desc}, your logits hold NaN")
+        want = -torch.log(torch.arange(1, n + 1, dtype=torch.float64))
+        if torch.allclose(z, want.flip(0)) and n > 1:
+            raise Wrong(
+                f"on {desc}, your logits are newest first; the keys are given oldest "
+                "first (key j is n - j tokens back)"
+            )
+        beta = torch.sigmoid(want)
+        if torch.allclose(z, beta):
+            raise Wrong(
+                f"on {desc}, you returned the break points beta; the logit is "
+                "log(beta / (1 - beta))"
+            )
+        if torch.allclose(z, beta.log()):
+            raise Wrong(
+                f"on {desc}, your logits are log(beta); the logit is "
+                "log(beta / (1 - beta))"
+            )
+        weights = _last_row(z)
+        expect_close(
+            weights,
+            torch.full((n,), 1 / (n + 1), dtype=torch.float64),
+            desc=desc,
+            what="the weights pl.stick_breaking_weights gives your logits",
+        )
+    return (
+        "each key gets 1/(n+1) from pl.stick_breaking_weights, for n = "
+        + ", ".join(map(str, SIZES))
+        + ": logit -log(n + 1 - r) for the key r tokens back."
+    )
+
+
+def _betas(n):
+    return torch.sigmoid(-torch.log(torch.arange(1, n + 1, dtype=torch.float64)))
+
+
+plant("ex-sb-uniform", lambda n: -torch.log(torch.arange(n, 0, -1.0)), says="newest")
+plant("ex-sb-uniform", _betas, says="break points beta")
+plant("ex-sb-uniform", lambda n: _betas(n).log(), says="log(beta)")
+plant("ex-sb-uniform", lambda n: torch.zeros(n), says="the weights pl.stick")
+plant("ex-sb-uniform", lambda n: None, says="returned None")
+
+
+SLOPE_STUB = '''\
+def logit_for_slope(m):
+    """The constant break-point logit z whose stick-breaking head decays like an
+    ALiBi head of slope m > 0 (a float)."""
+    ...  # your code
+'''
+
+SLOPES = (0.5, 1 / 256, 2.0)
+
+
+@exercise("ex-sb-alibi-slope", chapter=CHAPTER, stub=SLOPE_STUB)
+def _(answer):
+    for m in SLOPES:
+        desc = f"slope m = {m:g}"
+        got = call(answer, m, desc=desc)
+        try:
+            z = float(got)
+        except (TypeError, ValueError):
+            raise Wrong(
+                f"on {desc}, expected a number, got {type(got).__name__}"
+            ) from None
+        want = math.log(math.expm1(m))
+        if math.isclose(z, want, rel_tol=1e-6, abs_tol=1e-9):
+            continue
+        if math.isclose(z, math.log(m), rel_tol=1e-9):
+            raise Wrong(
+                f"on {desc}, your logit is log m; softplus(z) = log(1 + e^z) = m "
+                "gives z = log(e^m - 1)"
+            )
+        if math.isclose(z, -want, rel_tol=1e-9):
+            raise Wrong(f"on {desc}, your logit has the wrong sign")
+        if math.isclose(z, 1 - math.exp(-m), rel_tol=1e-9):
+            raise Wrong(
+                f"on {desc}, you returned the break point beta = 1 - e^-m, not its "
+                "logit"
+            )
+        # what a head with this constant logit does: weights decay by e^-slope per key
+        n = 12
+        w = _last_row(torch.full((n,), z, dtype=torch.float64))
+        slope = float(torch.log(w[1:] / w[:-1]).mean())
+        raise Wrong(
+            f"on {desc}, a head with your constant logit {z:.6g} decays with slope "
+            f"{slope:.6g} per key (pl.stick_breaking_weights), not {m:g}"
+        )
+    z = torch.full((12,), math.log(math.expm1(SLOPES[0])), dtype=torch.float64)
+    w = _last_row(z)
+    assert torch.allclose(torch.log(w[1:] / w[:-1]), torch.tensor(SLOPES[0]).double())
+    return (
+        "softplus of your logit is m for m = "
+        + ", ".join(f"{m:g}" for m in SLOPES)
+        + "; pl.stick_breaking_weights with that logit decays by e^-m per key."
+    )
+
+
+plant("ex-sb-alibi-slope", lambda m: math.log(m), says="log m")
+plant("ex-sb-alibi-slope", lambda m: -math.log(math.expm1(m)), says="wrong sign")
+plant("ex-sb-alibi-slope", lambda m: 1 - math.exp(-m), says="break point beta")
+plant("ex-sb-alibi-slope", lambda m: math.log(math.exp(m) + 1), says="decays with")
+plant("ex-sb-alibi-slope", lambda m: None, says="returned None")
+
+
+SHIFT_STUB = '''\
+def subtracting_weights(z):
+    """Stick-breaking weights (b, h, n, n) from logits z (b, h, n, n), the query
+    not attending to itself, with fla's naive sum: the inclusive reversed
+    cumulative sum of log(1 - beta) minus key j's own term."""
+    ...  # your code
+'''
+
+
+@exercise("ex-sb-shift", chapter=CHAPTER, stub=SHIFT_STUB)
+def _(answer):
+    gen = torch.Generator().manual_seed(10)
+    z = torch.randn(2, 2, 9, 9, generator=gen)
+    desc = "ordinary logits of shape (2, 2, 9, 9) in float64"
+    got = call(answer, z.double(), desc=desc)
+    want = pl.stick_breaking_weights(z.double())
+    if isinstance(got, torch.Tensor) and got.shape == want.shape:
+        g = got.detach().double()
+        if torch.allclose(g, pl.stick_breaking_weights(z.double(), True)):
+            raise Wrong(
+                f"on {desc}, your query attends to itself; here it sees the keys "
+                "j < i only"
+            )
+    expect_close(got, want, desc=desc, what="your weights", atol=1e-9, rtol=1e-7)
+    big = z.clone()
+    big[..., -1, 2] = 1e5
+    desc = "the same logits in float32 with logit 1e5 at key 2 of the last query"
+    got = call(answer, big.clone(), desc=desc)
+    exact = pl.stick_breaking_weights(big.double())
+    if not isinstance(got, torch.Tensor) or got.shape != exact.shape:
+        expect_close(got, exact, desc=desc, what="your weights")  # names the shape
+    err = (got.detach().double() - exact).abs().max().item()
+    lib = (pl.stick_breaking_weights(big).double() - exact).abs().max().item()
+    expect(
+        err > 1e-6,
+        f"on {desc}, your weights are within {err:.1e} of float64, as accurate as "
+        f"the library's shifted sum ({lib:.1e}): do you subtract key j's own term "
+        "from the inclusive sum?",
+    )
+    return (
+        f"equals pl.stick_breaking_weights in float64, and in float32 with a logit "
+        f"of 1e5 it is off by {err:.1e} where the library's shifted sum is off by "
+        f"{lib:.1e}."
+    )
+
+
+def _inclusive(z):
+    n = z.shape[-1]
+    visible = torch.ones(n, n, dtype=torch.bool).tril(-1)
+    log_keep = F.logsigmoid(-z).masked_fill(~visible, 0)
+    after = log_keep.flip(-1).cumsum(-1).flip(-1)  # forgets to subtract key j
+    return (F.logsigmoid(z) + after).masked_fill(~visible, -math.inf).exp()
+
+
+plant("ex-sb-shift", lambda z: pl.stick_breaking_weights(z), says="as accurate")
+plant("ex-sb-shift", lambda z: pl.stick_breaking_weights(z, True), says="itself")
+plant("ex-sb-shift", _inclusive, says="your weights differ")
+plant("ex-sb-shift", lambda z: None, says="returned None")
+
+
+HIDDEN_STUB = '''\
+def hide_key_mask(n, t):
+    """The bool mask (n, n) (True = may attend) for n tokens with causal attention
+    in which key t is hidden from every query."""
+    ...  # your code
+'''
+
+
+@exercise("ex-sb-hidden", chapter=CHAPTER, stub=HIDDEN_STUB)
+def _(answer):
+    gen = torch.Generator().manual_seed(11)
+    for n, t in [(9, 3), (6, 0), (7, 5)]:
+        desc = f"n = {n}, hidden key t = {t}"
+        mask = call(answer, n, t, desc=desc)
+        expect(
+            isinstance(mask, torch.Tensor) and mask.dtype == torch.bool,
+            f"on {desc}, expected a bool tensor, got "
+            f"{getattr(mask, 'dtype', type(mask).__name__)}",
+        )
+        expect(
+            mask.shape == (n, n),
+            f"on {desc}, your mask has shape {tuple(mask.shape)}, expected ({n}, {n})",
+        )
+        upper = torch.ones(n, n, dtype=torch.bool).triu(1)
+        expect(
+            not bool(mask[upper].any()),
+            f"on {desc}, your mask lets queries see later keys: it must keep the "
+            "causal mask",
+        )
+        z = torch.randn(1, 1, n, n, generator=gen, dtype=torch.float64)
+        keep = [s for s in range(n) if s != t]
+        got = pl.stick_breaking_weights(z, mask=mask)
+        if bool(mask[:, t].any()):
+            rows = [i for i in range(n) if bool(mask[i, t]) and i > t]
+            if rows:
+                raise Wrong(
+                    f"on {desc}, query {rows[0]} still sees key {t}; hide the key "
+                    "from every query (a column of the mask)"
+                )
+        removed = pl.stick_breaking_weights(z[..., keep, :][..., keep])
+        expect_close(
+            got[..., keep, :][..., keep],
+            removed,
+            desc=desc,
+            what="the weights of the other tokens",
+        )
+    return (
+        "with your mask, pl.stick_breaking_weights gives the weights of the "
+        "sequence with token t removed, for (n, t) = (9, 3), (6, 0), (7, 5)."
+    )
+
+
+def _row_hidden(n, t):
+    mask = torch.ones(n, n, dtype=torch.bool).tril()
+    mask[t] = False
+    return mask
+
+
+def _not_causal(n, t):
+    mask = torch.ones(n, n, dtype=torch.bool)
+    mask[:, t] = False
+    return mask
+
+
+def _others_hidden(n, t):
+    mask = torch.ones(n, n, dtype=torch.bool).tril()
+    mask[:, t] = False
+    mask[:, (t + 1) % n] = False
+    return mask
+
+
+plant("ex-sb-hidden", _row_hidden, says="still sees key")
+plant("ex-sb-hidden", _not_causal, says="later keys")
+plant("ex-sb-hidden", _others_hidden, says="the weights of the other tokens")
+plant("ex-sb-hidden", lambda n, t: torch.ones(n, n).tril(), says="bool tensor")
+plant("ex-sb-hidden", lambda n, t: None, says="returned None")
