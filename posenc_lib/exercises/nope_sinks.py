@@ -8,6 +8,7 @@ import torch
 
 import posenc_lib as pl
 from posenc_lib.exercises import Wrong, call, exercise, expect, expect_close, plant
+from posenc_lib.exercises._values import number
 
 CHAPTER = "part7/nope_sinks"
 
@@ -118,3 +119,38 @@ plant("ex-sinks-window", _OneTooMany, says="one too many")
 plant("ex-sinks-window", _Indices, says="counts tokens, not positions")
 plant("ex-sinks-window", _Chunks, says="differs at entry")
 plant("ex-sinks-window", _NoRotation, says="subclass of pl.Rotary")
+
+# ---------------------------------------------------------------- ex-sinks-temperature
+
+TEMPERATURE_STUB = """\
+# the factor TemperedNoPE(floor_scale=L) multiplies the query by at the last
+# position of the retrieval test at 16 L (L = 16)
+factor_last = ...  # your answer
+"""
+
+
+@exercise("ex-sinks-temperature", chapter=CHAPTER, stub=TEMPERATURE_STUB)
+def _(answer):
+    got = number(answer, "factor_last")
+    L, last = 16, 16 * 16 - 1
+    want = float(pl.llama4_attn_scale(torch.tensor([last]), floor_scale=L)[0])
+    if math.isclose(got, 1 + 0.1 * math.log1p(last // L), rel_tol=1e-4):
+        raise Wrong(
+            f"`factor_last` is {got:.4g}: the step counts floor((p + 1) / L), so the "
+            f"last position {last} has made {(last + 1) // L} steps"
+        )
+    if math.isclose(got, 1 + 0.1 * math.log10(1 + (last + 1) // L), rel_tol=1e-4):
+        raise Wrong(f"`factor_last` is {got:.4g}: Llama 4 uses the natural logarithm")
+    if math.isclose(got, want - 1, rel_tol=1e-4):
+        raise Wrong(f"`factor_last` is {got:.4g}: the factor is 1 plus the increment")
+    expect(math.isclose(got, want, rel_tol=1e-4), f"`factor_last` is {got:.4g}")
+    return (
+        f"{want:.4f} = pl.llama4_attn_scale(255, floor_scale=16), the query scale at "
+        "the last position."
+    )
+
+
+plant("ex-sinks-temperature", 1 + 0.1 * math.log(16), says="made 16 steps")
+plant("ex-sinks-temperature", 1 + 0.1 * math.log10(17), says="natural logarithm")
+plant("ex-sinks-temperature", 0.1 * math.log(17), says="1 plus the increment")
+plant("ex-sinks-temperature", [1.28], says="should be a number")
