@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import torch
+
 import posenc_lib as pl
 from posenc_lib.exercises import Wrong, call, exercise, plant
-from posenc_lib.exercises._values import numbers
+from posenc_lib.exercises._values import number, numbers
 
 CHAPTER = "part1/learned_axial"
 
@@ -75,3 +77,50 @@ plant("ex-learned-axial-design", lambda n, dim: None, "returned None")
 def _sq(n: int) -> tuple[int, int]:
     a = max(a for a in range(1, int(n**0.5) + 1) if n % a == 0)
     return a, n // a
+
+
+# ---- ex-learned-axial-rank ----------------------------------------------------------
+
+RANK_STUB = '''\
+def max_sum_rank(n1, n2, d):
+    """The largest rank the (n1 * n2, d) table of a summed axial encoding
+    (P1 of shape (n1, d), P2 of shape (n2, d)) can have."""
+    ...  # your code
+'''
+
+
+def _table_rank(n1: int, n2: int, d: int, seed: int) -> int:
+    torch.manual_seed(seed)
+    pe = pl.AxialPositionalEncoding(n1, n2, d, d, mode="sum").double()
+    return int(torch.linalg.matrix_rank(pe.table().detach()))
+
+
+@exercise("ex-learned-axial-rank", chapter=CHAPTER, stub=RANK_STUB)
+def _(answer):
+    cases = [(8, 8, 100), (4, 6, 30), (3, 5, 4), (1, 5, 10)]
+    for n1, n2, d in cases:
+        desc = f"n1 = {n1}, n2 = {n2}, d = {d}"
+        got = number(call(answer, n1, n2, d, desc=desc), "your rank")
+        rank = max(_table_rank(n1, n2, d, seed) for seed in range(3))
+        if got == rank:
+            continue
+        if got == n1 + n2 and rank == n1 + n2 - 1:
+            raise Wrong(
+                f"on {desc}, random summed tables reach rank {rank} only, one less "
+                "than n1 + n2: the indicator vectors [e_r | e_s] of the rows are "
+                "linearly dependent"
+            )
+        if got > d:
+            raise Wrong(f"on {desc}, a table with d = {d} columns has rank <= {d}")
+        raise Wrong(
+            f"on {desc}, your rank is {got:g}; random summed tables reach {rank}"
+        )
+    return "equals the rank random summed tables reach, for (n1, n2, d) = " + (
+        ", ".join(str(c) for c in cases)
+    )
+
+
+plant("ex-learned-axial-rank", lambda n1, n2, d: min(n1 + n2, d), "one less")
+plant("ex-learned-axial-rank", lambda n1, n2, d: n1 + n2 - 1, "has rank <=")
+plant("ex-learned-axial-rank", lambda n1, n2, d: min(n1 * n2, d), "random summed")
+plant("ex-learned-axial-rank", lambda n1, n2, d: None, "returned None")
