@@ -24,8 +24,9 @@ unchanged_positions = ...  # your answer: a list of positions
 def _unchanged(n: int = 7, seed: int = 0) -> list[int]:
     """Run a two-layer causal NoPE model on tokens and on a derangement of 1 .. n-1."""
     gen = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    model = pl.TinyTransformer(20, d_model=16, n_heads=2, n_layers=2, pe=pl.NoPE())
+    with torch.random.fork_rng(devices=[]):  # the reader's random state untouched
+        torch.manual_seed(seed)
+        model = pl.TinyTransformer(20, d_model=16, n_heads=2, n_layers=2, pe=pl.NoPE())
     model = model.double()
     tokens = torch.randperm(20, generator=gen)[:n][None]  # distinct tokens
     perm = torch.cat(

@@ -113,8 +113,9 @@ def mean_hidden(model, tokens):
 @exercise("ex-te-bag", chapter=CHAPTER, stub=BAG_STUB)
 def _(answer):
     for name, pe in (("no encoding", None), ("pl.Sinusoidal(8)", pl.Sinusoidal(8))):
-        torch.manual_seed(0)
-        model = pl.TinyTransformer(5, 8, 2, pe=pe).double()
+        with torch.random.fork_rng(devices=[]):  # the reader's random state kept
+            torch.manual_seed(0)
+            model = pl.TinyTransformer(5, 8, 2, pe=pe).double()
         for seq in ([[1, 2, 3]], [[3, 1, 2], [4, 0, 1]]):
             tokens = torch.tensor(seq)
             desc = f"a TinyTransformer(5, 8, 2) with {name}, tokens {seq}"
