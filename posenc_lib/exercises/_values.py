@@ -37,7 +37,7 @@ def number(value: Any, name: str) -> float:
     return float(value)
 
 
-def numbers(answer: Any, names: Sequence[str] | int, what: str) -> list[float]:
+def numbers(answer: Any, names: Sequence[str] | int, what: str) -> Sequence[float]:
     """Unpack ``answer``, a tuple of ``len(names)`` numbers, naming each entry (or of
     ``names`` numbers, when it is a count, naming them by their index)."""
     if isinstance(names, int):
@@ -48,7 +48,7 @@ def numbers(answer: Any, names: Sequence[str] | int, what: str) -> list[float]:
                 f" of length {len(answer)}" if isinstance(answer, (tuple, list)) else ""
             )
             raise Wrong(f"{what} should be a tuple of {names} numbers, got a {got}")
-        return [number(v, f"entry {k} of {what}") for k, v in enumerate(answer)]
+        return tuple(number(v, f"entry {k} of {what}") for k, v in enumerate(answer))
     if len(names) == 1 and not isinstance(answer, (tuple, list)):
         return [number(answer, names[0])]
     if not isinstance(answer, (tuple, list)) or len(answer) != len(names):
