@@ -159,7 +159,7 @@ def slider_figure(
     ``"scatter"``) to draw at control value ``v``; every value must give the same
     traces with the same data keys among ``DATA_KEYS`` (their arrays may differ,
     their lengths too). The other trace properties (name, mode, colours) are taken
-    from the first value. ``title``: a string, or ``v -> str`` for a title that
+    from the position drawn first. ``title``: a string, or ``v -> str`` for a title that
     follows the control. ``fix_ranges``: axes (and heatmap colour scales) span every
     position's data, so that moving the control moves the curves, not the axes.
     ``active``: the index of the position drawn first (and printed).
@@ -194,12 +194,19 @@ def slider_figure(
                 props.update(zmin=min(zs), zmax=max(zs))
         data.append(props)
     fig = go.Figure(data=data)
+    # From the top: the title, the dropdown (if any), the legend in rows (so the
+    # plot keeps the page's width on a phone), the plot, the slider (if any).
+    legend = 40 if len(base) > 1 else 0  # plotly shows no legend for one trace
+    top = 60 + legend + (30 if control == "dropdown" else 0)
+    height = 480 if control == "slider" else 430
     fig.update_layout(
         template="plotly_white",
-        margin={"l": 60, "r": 20, "t": 50, "b": 40},
-        height=430 if control == "slider" else 400,
-        **(layout or {}),
+        margin={"l": 60, "r": 20, "t": top, "b": 40},
+        height=height,
+        title={"y": 0.98, "yanchor": "top", "yref": "container", "font_size": 14},
+        legend={"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom"},
     )
+    fig.update_layout(layout or {})  # the caller's layout wins
     if titles[active] is not None:
         fig.update_layout(title_text=titles[active])
     if fix_ranges:
@@ -244,15 +251,15 @@ def slider_figure(
                     "type": "dropdown",
                     "active": active,
                     "buttons": steps,
-                    "x": 1.0,
-                    "xanchor": "right",
-                    "y": 1.12,
+                    "x": 0.0,
+                    "xanchor": "left",
+                    # above the legend: in paper units, the plot's height is 1
+                    "y": 1 + (legend + 5) / (height - top - 40),
                     "yanchor": "bottom",
                     "showactive": True,
                 }
             ]
         )
-        fig.update_layout(margin={"t": 80})
     fig.layout.meta = {"posenc": {"label": label, "values": [fmt(v) for v in values]}}
     return fig
 
