@@ -21,9 +21,9 @@ static and works offline, and Colab shows the same cell the same way.
   copies from the installed ``plotly`` package into ``_static/`` and loads on the pages
   that have a figure; no CDN, so the site works offline. The bundle also carries
   plotly's JSON mime type, which JupyterLab and VS Code draw natively.
-- Colab (``"google.colab" in sys.modules``): plotly's own Colab output, a
-  self-contained page that loads plotly.js from plotly's CDN (Colab is online, and
-  draws each output in its own frame).
+- Colab (``"google.colab" in sys.modules``): plotly's own Colab output, self-contained:
+  it loads plotly.js from plotly's CDN (Colab is online, and draws each output in its
+  own frame, so each output loads it).
 
 Print (the PDF is the site printed by Chromium): plotly draws the figure at the
 control's first position; ``_static/interactive.css`` hides the controls in print and
@@ -286,7 +286,7 @@ def _caption(fig: go.Figure) -> str:
 
 
 def mimebundle(fig: go.Figure, colab: bool | None = None) -> dict[str, object]:
-    """What ``show`` displays: the Colab page when ``colab`` (default: running in
+    """What ``show`` displays: the Colab output when ``colab`` (default: running in
     Colab), else the website's ``<div>`` plus plotly's JSON."""
     if not isinstance(fig, go.Figure):
         raise TypeError(f"fig must be a plotly Figure, got {type(fig).__name__}")
@@ -294,8 +294,9 @@ def mimebundle(fig: go.Figure, colab: bool | None = None) -> dict[str, object]:
     if colab is None:
         colab = "google.colab" in sys.modules
     if colab:
-        # what plotly's own "colab" renderer displays: a whole page with plotly.js
-        page = fig.to_html(include_plotlyjs="cdn", full_html=True, config=CONFIG)
+        # what plotly's own Colab renderer displays (ColabRenderer in
+        # plotly/io/_base_renderers.py): the figure and a script tag for plotly.js
+        page = fig.to_html(include_plotlyjs="cdn", full_html=False, config=CONFIG)
         return {"text/html": page, "text/plain": caption}
     spec = fig.to_json()
     # a stable id (the same figure gives the same page): hash of the figure
