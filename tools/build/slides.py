@@ -362,7 +362,8 @@ def chapter_slides(entry: str, number: int, executed, bib, allow_missing) -> dic
             (
                 "subslide",
                 f"### {conv.inline(heading or info['title'])}\n\n"
-                f"![figure of {entry}, cell {index + 1}](data:image/png;base64,{png})\n",
+                f"![figure of {entry}, cell {index + 1}]"
+                f"(data:image/png;base64,{png})\n",
                 f"{where}, section «{heading}»: the figure of cell {index + 1}, as "
                 "this build ran it. Demo: run that cell live and change its "
                 "parameters.",
