@@ -208,10 +208,11 @@ def sections(entry: str) -> list[dict]:
     out = [dict(heading="", level=1, cells=[])]
     for index, cell in enumerate(_cells(entry)):
         text = "".join(cell["source"]) if cell["cell_type"] == "markdown" else ""
-        for m in HEADING.finditer(text):
-            if len(m.group(1)) > 1:
-                out.append(dict(heading=m.group(2), level=len(m.group(1)), cells=[]))
-        out[-1]["cells"].append(index)
+        heads = [m for m in HEADING.finditer(text) if len(m.group(1)) > 1]
+        for m in heads:  # a cell that opens two sections belongs to both
+            out.append(dict(heading=m.group(2), level=len(m.group(1)), cells=[index]))
+        if not heads:
+            out[-1]["cells"].append(index)
     return out
 
 
