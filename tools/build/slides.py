@@ -642,6 +642,26 @@ BLOCK = re.compile(
 )
 
 
+CHECK_CALL = re.compile(r"exercises\.check\(\s*[\"'](ex-[\w-]+)[\"']")
+
+
+def self_checking(entry: str) -> list[int]:
+    """The ranks of the chapter's exercises whose answer cell is followed by a
+    ``pl.exercises.check("ex-label", answer)`` cell (the student edition keeps it)."""
+    from tools.build.course_index import EXERCISE
+
+    labels, checked = [], set()
+    for cell in _cells(entry):
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            for m in EXERCISE.finditer(text):
+                label = re.search(r"^:label:\s*(\S+)", m.group("body"), re.M)
+                labels.append(label.group(1) if label else None)
+        else:
+            checked.update(CHECK_CALL.findall(text))
+    return [k for k, label in enumerate(labels, start=1) if label in checked]
+
+
 def session_facts(session: Session) -> str:
     """The generated part of a session in the guide."""
     numbers = chapter_numbers()
@@ -677,6 +697,16 @@ def session_facts(session: Session) -> str:
                 raise LookupError(f"{entry} has no exercise {k}")
             items.append(f"*Exercise {numbers[entry]}.{k}* ({exercises[k - 1]})")
         lines.append("- **Exercises**: " + "; ".join(items))
+    checking = [
+        f"*Exercise {numbers[e]}.{k}*"
+        for e in session.chapters
+        for k in self_checking(e)
+    ]
+    lines.append(
+        "- **Self-checking exercises**: "
+        + (", ".join(checking) if checking else "none yet in these chapters")
+        + "."
+    )
     return "\n".join(lines) + "\n"
 
 
