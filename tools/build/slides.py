@@ -73,6 +73,9 @@ MATH_DIRECTIVE = re.compile(
     re.M | re.S,
 )
 HEADING = re.compile(r"^(#{1,3})\s+(.+?)\s*$", re.M)
+SOLUTION = re.compile(
+    r"^(?P<fence>`{3,}|:{3,})\{solution\}.*?^(?P=fence)[ \t]*$", re.M | re.S
+)
 GLUE_ROLE = re.compile(r"\{glue(?::\w+)?\}`")
 
 
@@ -190,13 +193,17 @@ def _cells(entry: str) -> list[dict]:
 
 
 def word_count(entry: str) -> int:
-    """Words of the chapter's prose (markdown cells), formulas, code blocks and
-    directive options left out."""
+    """Words of the chapter's prose (markdown cells), formulas, code blocks,
+    directive options and the exercises' solutions (cells tagged ``solution``,
+    ``{solution}`` blocks) left out."""
     words = 0
     for cell in _cells(entry):
         if cell["cell_type"] != "markdown":
             continue
+        if "solution" in cell.get("metadata", {}).get("tags", []):
+            continue
         text = "".join(cell["source"])
+        text = SOLUTION.sub(" ", text)
         text = DISPLAY.sub(" ", colab_edition.CODE_FENCE.sub(" ", text))
         text = re.sub(r"^:[\w-]+:.*$|^(`{3,}|:{3,}).*$", " ", text, flags=re.M)
         words += len(re.findall(r"[A-Za-z0-9][\w'’.-]*", text))
