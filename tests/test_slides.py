@@ -109,8 +109,14 @@ def built():
 
 @pytest.mark.browser
 def test_each_built_deck_has_its_chapters_figures_and_numbers(built):
+    with zipfile.ZipFile(built / slides.ZIP) as archive:
+        names = set(archive.namelist())
+        notebooks = {
+            s.slug: json.loads(archive.read(f"posenc-slides/{s.slug}.ipynb"))
+            for s in SESSIONS
+        }
     for session in SESSIONS:
-        nb = json.loads((built / f"{session.slug}.ipynb").read_text())
+        nb = notebooks[session.slug]
         text = _deck_text(nb)
         html = (built / f"{session.slug}.html").read_text()
         for entry in session.chapters:
@@ -131,8 +137,6 @@ def test_each_built_deck_has_its_chapters_figures_and_numbers(built):
         ]
         if quoting:  # the chapters quote measured numbers: the deck shows them
             assert "### Measured:" in text, f"{session.slug} shows no numbers"
-    with zipfile.ZipFile(built / slides.ZIP) as archive:
-        names = set(archive.namelist())
     for session in SESSIONS:
         assert f"posenc-slides/{session.slug}.html" in names
     for asset in (

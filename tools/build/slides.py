@@ -599,18 +599,18 @@ def build(
     allow_missing: bool = False,
     log=print,
 ) -> dict[str, dict]:
-    """Write every session's deck (and slide notebook) to ``out``, the assets and the
-    zip; return each deck's stats."""
+    """Write every session's deck to ``out`` with the assets, and the zip (decks,
+    assets and the slide notebooks); return each deck's stats."""
     bib = colab_edition.load_bib()
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     copy_assets(out)
-    done, missing = {}, {}
+    done, missing, notebooks = {}, {}, {}
     for session in sessions():
         nb, stats = deck_notebook(session, executed, bib, allow_missing)
         html = export(nb)
         (out / f"{session.slug}.html").write_text(html)
-        (out / f"{session.slug}.ipynb").write_text(
+        notebooks[f"{session.slug}.ipynb"] = (
             json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
         )
         stats["slides"] = sum(
@@ -636,6 +636,8 @@ def build(
         for path in sorted(out.rglob("*")):
             if path.is_file() and path.name != ZIP:
                 archive.write(path, f"posenc-slides/{path.relative_to(out)}")
+        for name, text in notebooks.items():  # in the zip only: the site has the decks
+            archive.writestr(f"posenc-slides/{name}", text)
     log(f"slides/{ZIP}: {(out / ZIP).stat().st_size / 1e6:.1f} MB")
     return done
 
