@@ -284,6 +284,20 @@ def sentences(paragraph: str) -> list[str]:
     return [s for s in out if s]
 
 
+def figure_captions(cells: list[dict]) -> dict[int, tuple[int, str, str]]:
+    """cell index -> (the figure's number in the chapter, caption, alt text), from
+    myst-nb's cell metadata (``mystnb.figure.caption``, ``mystnb.image.alt``),
+    numbered in order as the site numbers them (Fig. 14.2)."""
+    out, number = {}, 0
+    for index, cell in enumerate(cells):
+        meta = cell.get("metadata", {}).get("mystnb", {})
+        caption = meta.get("figure", {}).get("caption")
+        if caption:
+            number += 1
+            out[index] = (number, caption, meta.get("image", {}).get("alt", ""))
+    return out
+
+
 def _checks(cells: list[dict], index: int) -> list[int]:
     """The code cells after markdown cell ``index``, up to the next heading, that
     assert something (they check the formula)."""
@@ -363,15 +377,22 @@ def chapter_slides(entry: str, number: int, executed, bib, allow_missing) -> dic
                 figures.append((index, png.strip() if isinstance(png, str) else png))
     experiments = [f for f in figures if section_of(entry, f[0]).startswith("Exper")]
     chosen = (experiments + [f for f in figures if f not in experiments])[:FIGURES]
+    captions = figure_captions(cells)
     for index, png in sorted(chosen, key=lambda f: f[0]):
         heading = section_of(entry, index)
         png = "".join(png) if isinstance(png, list) else png
+        figure, caption, alt = captions.get(index, (None, "", ""))
+        alt = re.sub(r"[\[\]\n]", " ", alt or f"figure of {entry}, cell {index + 1}")
+        below = (
+            f"\n**Figure {number}.{figure}.** {conv.inline(caption)}\n"
+            if figure
+            else ""
+        )
         slides.append(
             (
                 "subslide",
                 f"### {conv.inline(heading or info['title'])}\n\n"
-                f"![figure of {entry}, cell {index + 1}]"
-                f"(data:image/png;base64,{png})\n",
+                f"![{alt}](data:image/png;base64,{png})\n" + below,
                 f"{where}, section «{heading}»: the figure of cell {index + 1}, as "
                 "this build ran it. Demo: run that cell live and change its "
                 "parameters.",
