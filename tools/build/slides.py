@@ -63,7 +63,7 @@ TEMPLATE = pathlib.Path(__file__).with_name("slides_template")
 ZIP = "posenc-slides.zip"
 FIGURES = 4  # figures per chapter at most
 NUMBERS = 6  # sentences of measured numbers per chapter at most
-FORMULAS = 4  # display formulas per slide at most
+FORMULAS = 3  # display formulas per slide at most
 WORDS_PER_MINUTE = 150  # technical prose, read with its formulas
 DISPLAY = re.compile(
     r"^\$\$(?P<tex>.+?)\$\$[ \t]*(?:\([\w:.-]+\))?[ \t]*$", re.M | re.S
@@ -284,6 +284,16 @@ def sentences(paragraph: str) -> list[str]:
     return [s for s in out if s]
 
 
+def lead_in(text: str, limit: int = 240) -> str:
+    """The sentence that introduces a display formula: the last sentence of the prose
+    before it (not a heading, a list or a directive), or "" when it is long."""
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+    if not paragraphs or paragraphs[-1].startswith(("#", "|", "-", "*", "`", ":", ">")):
+        return ""
+    last = sentences(paragraphs[-1])[-1]
+    return last if len(last) <= limit and last.count("$") % 2 == 0 else ""
+
+
 def figure_captions(cells: list[dict]) -> dict[int, tuple[int, str, str]]:
     """cell index -> (the figure's number in the chapter, caption, alt text), from
     myst-nb's cell metadata (``mystnb.figure.caption``, ``mystnb.image.alt``),
@@ -335,21 +345,30 @@ def chapter_slides(entry: str, number: int, executed, bib, allow_missing) -> dic
         )
     )
     # formulas, one slide per section
-    by_section: dict[str, list[tuple[int, str]]] = {}
+    by_section: dict[str, list[tuple[int, str, str]]] = {}
     for index, cell in enumerate(cells):
         if cell["cell_type"] != "markdown":
             continue
         text = "".join(cell["source"])
-        found = [m.group("tex").strip() for m in DISPLAY.finditer(text)]
-        found += [m.group("body").strip() for m in MATH_DIRECTIVE.finditer(text)]
-        for tex in found:
-            by_section.setdefault(section_of(entry, index), []).append((index, tex))
+        found = [(m, m.group("tex")) for m in DISPLAY.finditer(text)]
+        found += [(m, m.group("body")) for m in MATH_DIRECTIVE.finditer(text)]
+        previous = 0
+        for m, tex in sorted(found, key=lambda f: f[0].start()):
+            lead = lead_in(text[previous : m.start()])
+            previous = m.end()
+            by_section.setdefault(section_of(entry, index), []).append(
+                (index, tex.strip(), lead)
+            )
     for heading, items in by_section.items():
         for start in range(0, len(items), FORMULAS):
             chunk = items[start : start + FORMULAS]
-            body = "\n\n".join(f"$$\n{conv.inline(tex)}\n$$" for _, tex in chunk)
+            body = "\n\n".join(
+                (f"{conv.markdown(lead)}\n\n" if lead else "")
+                + f"$$\n{conv.inline(tex)}\n$$"
+                for _, tex, lead in chunk
+            )
             notes = []
-            for index, _ in chunk:
+            for index in dict.fromkeys(i for i, _, _ in chunk):
                 checks = _checks(cells, index)
                 notes.append(
                     f"cell {index + 1}"
@@ -363,9 +382,9 @@ def chapter_slides(entry: str, number: int, executed, bib, allow_missing) -> dic
                 (
                     "subslide",
                     f"### {conv.inline(heading or info['title'])}\n\n{body}\n",
-                    f"{where}, section «{heading}»: formulas of "
+                    f"{where}, section «{heading}»: the formulas of "
                     + "; ".join(notes)
-                    + ". The chapter derives each and checks it in code.",
+                    + ". The chapter derives each; the cells named check it in code.",
                 )
             )
     # figures: the experiments' first
