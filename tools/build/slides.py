@@ -14,10 +14,12 @@ chapter of the part (Part III is two sessions); a chapter added to a part joins 
 session by itself. For each chapter of a session the deck has
 
 * a title slide: the chapter's number and title and its learning objectives;
-* its checked formulas: every display formula, one slide per section (a chapter's
-  formulas are each checked by the code cells after them; the notes name those cells);
+* its key derivation, in its own words: every display formula with the sentence that
+  introduces it, one slide per section (a chapter's formulas are each checked by the
+  code cells after them; the notes name those cells);
 * its figures: the matplotlib figures of the executed notebook (the experiments'
-  first), at most ``FIGURES`` per chapter;
+  first, at most ``FIGURES`` per chapter), with their numbered captions and alt text
+  (myst-nb's figure metadata);
 * its measured numbers: the sentences that quote glued values, with the values of the
   build substituted;
 * its errata: every erratum admonition (what ``tools/build/errata_index.py`` lists);
@@ -32,13 +34,19 @@ by nbconvert's ``SlidesExporter`` with a small template (``slides_template/``) t
 loads reveal.js and MathJax from the deck's own folder, never from a CDN: reveal.js
 5 is the copy bundled in the ``sphinx-revealjs`` wheel (MIT), MathJax 3 the copy of
 ``sphinx-mathjax-offline`` (Apache-2.0) that the site already serves. The folder
-(decks, slide notebooks, reveal.js, MathJax) is also zipped
+(decks, reveal.js, MathJax), with the slide notebooks, is also zipped
 (``posenc-slides.zip``): it works opened from disk, with no network.
 
-``tools/build/site.py`` runs this after the site build (the decks need the executed
-notebooks). The guide's per-session facts (reading time, run time, slides, demo
-cells, exercises) are generated into book/teaching/guide.md between markers, with the
-``generated_page`` pattern; tests/test_slides.py checks them and the decks.
+``tools/build/site.py`` runs this after the site build, writing straight into
+``_build/html/slides``: the decks need the executed notebooks, which exist only once
+Sphinx has run, and Sphinx copies ``html_extra_path`` before that is over (a deck
+made there would reach the site one build late). What goes on a slide is chosen here,
+by hand-written rules (no maintained tool makes slides from MyST chapters); the
+rendering is nbconvert's and reveal.js's.
+
+The guide's per-session facts (reading time, run time, slides, demo cells, exercises,
+the self-checking ones) are generated into book/teaching/guide.md between markers,
+with the ``generated_page`` pattern; tests/test_slides.py checks them and the decks.
 """
 
 from __future__ import annotations
