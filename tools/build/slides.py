@@ -625,7 +625,8 @@ chapter's cells), F for full screen, Esc for an overview.
 
 session-N.ipynb is the slide notebook the deck was made from (markdown cells with
 slide_type metadata): edit it and run
-`jupyter nbconvert --to slides session-N.ipynb` to make your own deck.
+`jupyter nbconvert --to slides session-N.ipynb` to make your own deck (nbconvert's
+own template loads reveal.js and MathJax from the network).
 
 reveal.js {reveal} (MIT license, reveal.js/LICENSE) comes from the sphinx-revealjs
 wheel; MathJax (Apache-2.0) from the sphinx-mathjax-offline wheel.
