@@ -148,6 +148,44 @@ def test_everything_else_is_kept_and_each_exercise_gets_an_answer_cell(edition, 
             assert "".join(cells[k - 1]["source"]) == checks[label].stub
 
 
+def test_no_check_solution_code_survives_anywhere_in_the_edition(edition):
+    """The code of every registered check's solution (the chapter's code cells
+    tagged ``solution``, inside its gated solution): none of its lines that the
+    chapter does not show elsewhere (nor the check's stub) is in any student
+    notebook, and each check's chapter has that code and its check cell."""
+    out, written = edition
+    student = "\n".join(
+        "".join(c["source"])
+        for p in written
+        for c in json.loads(p.read_text())["cells"]
+    )
+    checks = pl_exercises.all_checks()
+    for label, check in sorted(checks.items()):
+        entry = f"book/{check.chapter}"
+        assert entry in ENTRIES, f"{label}: chapter {check.chapter!r} is not in _toc"
+        nb = json.loads((ROOT / f"{entry}.ipynb").read_text())
+        code = student_edition.solution_code(nb).get(label)
+        assert code, f"{entry}: {label} has a check but no solution code cell"
+        assert label in student_edition.checked_labels(nb), (
+            f"{entry}: {label} has a check but no check cell"
+        )
+        shown = "\n".join(
+            "".join(c["source"])
+            for c in nb["cells"]
+            if student_edition.SOLUTION_TAG not in tags(c)
+        )
+        lines = {
+            line.strip()
+            for line in code.splitlines()
+            if len(line.strip()) >= 12
+            and line.strip() not in check.stub
+            and line.strip() not in shown
+        }
+        assert lines, f"{label}: its solution code has no line of its own to look for"
+        for line in lines:
+            assert line not in student, f"{label}: solution code survives: {line!r}"
+
+
 def test_the_zip_holds_every_notebook_and_a_readme(edition):
     out, written = edition
     archive = zipfile.ZipFile(out / student_edition.ZIP_NAME)
@@ -157,6 +195,13 @@ def test_the_zip_holds_every_notebook_and_a_readme(edition):
     )
     readme = archive.read("README.md").decode()
     assert "Colab" in readme and "pip install" in readme
+    from tools.authoring.colab_cell import _config_value
+
+    # the same library the Colab cell installs, and no solution in the README
+    assert f"git+{_config_value('url')}@{_config_value('branch')}" in readme
+    assert "{solution" not in readme
+    text = "\n".join(archive.read(n).decode() for n in names)
+    assert "{solution-start}" not in text
 
 
 def test_exercises_are_numbered_as_on_the_site(edition):
