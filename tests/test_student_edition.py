@@ -205,14 +205,17 @@ def test_the_zip_holds_every_notebook_and_a_readme(edition):
 
 
 def test_exercises_are_numbered_as_on_the_site(edition):
+    """Answer cells are numbered as the site numbers exercises (chapter 10 is T5):
+    ``answer-10-k``, and an answer cell without a check says "# Exercise 10.k:"."""
     out, _ = edition
     student = json.loads((out / "part2" / "t5.ipynb").read_text())
-    answers = [
-        "".join(c["source"])
-        for c in code_cells(student)
-        if student_edition.ANSWER_TAG in tags(c)
+    answers = [c for c in code_cells(student) if student_edition.ANSWER_TAG in tags(c)]
+    assert [c["id"] for c in answers] == [
+        f"answer-10-{k}" for k in range(1, len(answers) + 1)
     ]
-    assert answers[0].startswith("# Exercise 10.1:")
+    for k, cell in enumerate(answers, start=1):
+        if cell["metadata"]["exercise"] not in pl_exercises.all_checks():
+            assert "".join(cell["source"]).startswith(f"# Exercise 10.{k}:")
 
 
 # Every student notebook is executed, with the solutions and with planted wrong
