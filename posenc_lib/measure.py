@@ -126,7 +126,19 @@ def count_host_syncs(fn: Callable[[], object]) -> tuple[object, int]:
 
 def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
     """The fastest of ``repeats`` wall-clock runs of ``fn()`` in seconds, after
-    ``warmup`` untimed runs (synchronising CUDA when it is in use)."""
+    ``warmup`` untimed runs (synchronising CUDA when it is in use).
+
+    Hand-written rather than ``torch.utils.benchmark.Timer`` (checked with torch
+    2.13), whose public methods cannot keep this contract, on which the chapters
+    budget their run time: ``Timer.timeit(number)`` always adds
+    ``max(number // 100, 2)`` untimed runs and returns the mean of one block, so
+    ``warmup=0, repeats=1`` (the cost chapter times a training step exactly once)
+    runs ``fn`` 3 times; ``blocked_autorange`` and ``adaptive_autorange`` choose the
+    number of runs themselves (until 0.2 s of runs: thousands for a fast ``fn``;
+    ``adaptive_autorange`` ran a 0.2 s ``fn`` 43 times, 10 s) and report a median
+    of block means, while the best of a few runs is what stays stable on a shared
+    machine; ``Timer.repeat`` raises NotImplementedError. Timer also sets the
+    thread count to 1 unless told otherwise; this measures with the caller's."""
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     for name, value, low in (("repeats", repeats, 1), ("warmup", warmup, 0)):

@@ -32,7 +32,8 @@ def test_every_chapter_has_objectives_exercises_and_a_measured_cpu_time():
         assert info["exercises"], f"{entry}: no exercises found"
         assert entry in cpu["seconds"], (
             f"{entry} has no measured run time: "
-            f"run python -m tools.measure.time_notebooks {entry}.ipynb"
+            "build the site (python -m tools.build.site), then run "
+            "python -m tools.measure.time_notebooks"
         )
 
 

@@ -8,22 +8,29 @@ writes ``OUT/<part>/<chapter>.ipynb`` for every notebook of ``_toc.yml`` and
 locally and in Colab). ``tools/build/site.py`` runs it and the site serves the zip
 (``html_extra_path``), linked from the teaching guide.
 
-What is removed:
+What is removed, by nbconvert's ``TagRemovePreprocessor`` (cells by tag):
 
-* solutions: every cell tagged ``solution`` (a solution is stored in sphinx-exercise's
-  gated form, ``{solution-start}`` … ``{solution-end}``, in cells of its own: the
-  prose and, for a coding exercise, its code; see tools/authoring/exercise_cells.py);
-* code cells tagged ``solution-check``: the hidden cells (also tagged ``remove-cell``,
-  so the site hides them too) that assert a solution's answer. ``remove-cell`` alone
-  does not remove a cell here: the Colab install cell and cells that only glue values
-  for the prose carry it and are needed.
+* ``solution``: every cell of a solution (stored in sphinx-exercise's gated form,
+  ``{solution-start}`` … ``{solution-end}``, in cells of its own: the prose and, for a
+  coding exercise, its code; see tools/authoring/exercise_cells.py);
+* ``solution-check``: the hidden code cells (also tagged ``remove-cell``, so the site
+  hides them too) that assert a solution's answer. ``remove-cell`` alone does not
+  remove a cell here: the Colab install cell and cells that only glue values for the
+  prose carry it and are needed.
 
-What is added: after each exercise, a code cell (tagged ``answer``) to work in: empty,
-or for a coding exercise the check's stub (``posenc_lib.exercises``), followed by the
-check cell the chapter has (tagged ``check``, kept).
+What is added, before that: after each exercise, a code cell tagged ``answer`` (its
+metadata ``exercise`` holds the exercise's label) to work in: for an exercise with a
+registered check (``posenc_lib.exercises``) whose check cell (tagged ``check``, kept)
+the chapter has, it starts from the check's ``stub``, and once the solution is gone
+the check cell follows it; otherwise it holds one comment. This part is hand-written:
+nbconvert's preprocessors transform or remove cells but none inserts one, and an
+exercise is not a cell but a ``{exercise}`` directive inside a Markdown cell (often
+several in one), so the cell is cut after each directive's closing fence.
+
 Every other code cell is copied unchanged and in order, so a student notebook executes
-as its chapter does (tests/test_student_edition.py checks that, and runs a student
-notebook top to bottom).
+as its chapter does (tests/test_student_edition.py checks that;
+tests/test_student_notebooks.py runs every student notebook with the solutions and
+with planted wrong answers in its answer cells).
 """
 
 from __future__ import annotations
@@ -35,23 +42,34 @@ import re
 import sys
 import zipfile
 
+import nbformat
+from nbconvert.preprocessors import TagRemovePreprocessor
+
+from tools.authoring.colab_cell import toc_notebooks as _toc_paths
 from tools.build.course_index import numbered_chapters
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ZIP_NAME = "posenc-student-notebooks.zip"
 CHECK_TAG = "solution-check"
-SOLUTION_TAG = "solution"  # a coding exercise's solution code (hide-cell on the site)
+SOLUTION_TAG = "solution"  # every cell of a gated solution (prose and code)
 ANSWER_TAG = "answer"
+CHECK_CELL_TAG = "check"  # pl.exercises.check("ex-...", answer): kept
+REMOVED_TAGS = {SOLUTION_TAG, CHECK_TAG}
 EXERCISE = re.compile(
     r"^(?P<fence>`{3,}|:{3,})\{exercise\}[^\n]*\n.*?^(?P=fence)[ \t]*\n?",
     re.M | re.S,
 )
+LABEL = re.compile(r"^:label:\s*(\S+)", re.M)
+CHECK_CALL = re.compile(r"check\(\s*[\"'](ex-[^\"']+)")
 README = """\
 # Positional Encoding: Past, Present and Future: student notebooks
 
 One notebook per chapter, without the solutions of the exercises (they are on the
-course website, under each exercise). After each exercise there is an empty code
-cell for your answer. Run each notebook top to bottom: later cells use earlier ones.
+course website, under each exercise). After each exercise there is a code cell for
+your answer. For a coding exercise it starts from the function or value to write
+(replace the `...`), and the cell after it checks your answer: it prints "right", or
+"not yet" with what is wrong and on which input. Run each notebook top to bottom:
+later cells use earlier ones.
 
 ## In Colab
 
@@ -72,93 +90,101 @@ then open a notebook. Its first cell is for Colab only: elsewhere it does nothin
 
 
 def toc_notebooks() -> list[str]:
-    entries = re.findall(
-        r"^\s*-?\s*(?:file|root):\s*(\S+)", (ROOT / "_toc.yml").read_text(), re.M
-    )
-    return [e for e in entries if (ROOT / f"{e}.ipynb").exists()]
+    """The ``_toc.yml`` entries that are notebooks (``book/part3/rope``)."""
+    return [p.relative_to(ROOT).with_suffix("").as_posix() for p in _toc_paths()]
 
 
-def is_solution_check(cell: dict) -> bool:
-    return cell["cell_type"] == "code" and CHECK_TAG in cell["metadata"].get("tags", [])
+def tags(cell: dict) -> list[str]:
+    return cell.get("metadata", {}).get("tags", [])
 
 
-def is_solution_code(cell: dict) -> bool:
-    return cell["cell_type"] == "code" and SOLUTION_TAG in cell["metadata"].get(
-        "tags", []
-    )
-
-
-def checked_label(cells: list[dict], k: int) -> str | None:
-    """The exercise whose check (a cell tagged ``check``) follows cell ``k``."""
-    for cell in cells[k + 1 : k + 3]:
-        if cell["cell_type"] == "code" and "check" in cell["metadata"].get("tags", []):
-            m = re.search(r"check\(\s*[\"'](ex-[^\"']+)", "".join(cell["source"]))
-            return m.group(1) if m else None
-    return None
-
-
-def answer_cell(cell_id: str, name: str) -> dict:
+def checked_labels(nb: dict) -> set[str]:
+    """The exercises whose check cell (tagged ``check``) the chapter has."""
     return {
-        "cell_type": "code",
-        "execution_count": None,
-        "id": cell_id,
-        "metadata": {"tags": [ANSWER_TAG]},
-        "outputs": [],
-        "source": [f"# {name}: your answer\n"],
+        m.group(1)
+        for cell in nb["cells"]
+        if cell["cell_type"] == "code" and CHECK_CELL_TAG in tags(cell)
+        for m in CHECK_CALL.finditer("".join(cell["source"]))
     }
 
 
-def split_after_exercises(cell: dict, first: int, prefix: str) -> list[dict]:
-    """The Markdown ``cell`` cut after each exercise, with an answer cell after each
-    piece; ``first``: the number of the cell's first exercise in the chapter,
-    ``prefix``: "Exercise 7." or "Exercise "."""
-    text = "".join(cell["source"])
-    ends = [m.end() for m in EXERCISE.finditer(text)]
-    if not ends:
-        return [cell]
-    out, start = [], 0
-    for k, end in enumerate(ends):
-        source = text[start:end].lstrip("\n").splitlines(keepends=True)
-        piece = dict(cell, id=f"{cell.get('id', 'md')}-{k}", source=source)
-        number = first + k
-        out += [piece, answer_cell(f"answer-{number}", f"{prefix}{number}")]
-        start = end
-    if text[start:].strip():
-        rest = dict(cell, id=f"{cell.get('id', 'md')}-{len(ends)}")
-        rest["source"] = text[start:].lstrip("\n").splitlines(keepends=True)
-        out.append(rest)
+def solution_code(nb: dict) -> dict[str, str]:
+    """label -> the code of that exercise's solution (its code cells tagged
+    ``solution``, between ``{solution-start} label`` and ``{solution-end}``)."""
+    out, label = {}, None
+    for cell in nb["cells"]:
+        text = "".join(cell["source"])
+        if SOLUTION_TAG not in tags(cell):
+            continue
+        if cell["cell_type"] == "markdown" and "{solution-start}" in text:
+            label = text.split("{solution-start}", 1)[1].split()[0]
+            if "{solution-end}" in text:  # a solution without code
+                label = None
+        elif cell["cell_type"] == "markdown" and "{solution-end}" in text:
+            label = None
+        elif cell["cell_type"] == "code" and label:
+            out[label] = (out.get(label, "") + "\n" + text).strip("\n") + "\n"
     return out
 
 
-def strip_solutions(nb: dict, chapter: int | None = None) -> tuple[dict, int]:
-    """A copy of ``nb`` without solutions and solution checks, with an answer cell
-    after each exercise, and how many solutions were removed. ``chapter``: its number
-    on the site (exercises are "Exercise 7.2"), None for an unnumbered page."""
-    out, removed = copy.deepcopy(nb), 0
-    prefix = f"Exercise {chapter}." if chapter else "Exercise "
-    cells, exercises = [], 0
-    for k, cell in enumerate(out["cells"]):
-        if is_solution_check(cell):
-            continue
-        if SOLUTION_TAG in cell["metadata"].get("tags", []):
-            # a solution's cells (gated: solution-start, code, solution-end)
-            removed += "{solution-start}" in "".join(cell["source"])
-            label = checked_label(out["cells"], k) if is_solution_code(cell) else None
-            if label and cells and ANSWER_TAG in cells[-1]["metadata"].get("tags", []):
-                # the answer cell made after the exercise starts from the check's stub
-                from posenc_lib.exercises import all_checks
+def answer_cell(number: str, label: str | None, checked: set[str]) -> dict:
+    if label in checked:
+        from posenc_lib.exercises import all_checks
 
-                cells[-1]["source"] = all_checks()[label].stub.splitlines(keepends=True)
-            continue
-        if cell["cell_type"] != "markdown":
+        source = all_checks()[label].stub
+    else:
+        source = f"# {number}: your answer\n"
+    return nbformat.v4.new_code_cell(
+        source=source,
+        id=f"answer-{number.split()[-1].replace('.', '-')}",
+        metadata={"tags": [ANSWER_TAG], "exercise": label},
+    )
+
+
+def add_answer_cells(nb: dict, chapter: int | None) -> None:
+    """Cut each Markdown cell after each ``{exercise}`` and put an answer cell there
+    (in place). ``chapter``: the chapter's number on the site (exercises are
+    "Exercise 7.2"), None for an unnumbered page."""
+    prefix = f"Exercise {chapter}." if chapter else "Exercise "
+    checked, cells, number = checked_labels(nb), [], 0
+    for cell in nb["cells"]:
+        text = "".join(cell["source"])
+        found = list(EXERCISE.finditer(text)) if cell["cell_type"] == "markdown" else []
+        if not found or SOLUTION_TAG in tags(cell):
             cells.append(cell)
             continue
-        text = "".join(cell["source"])
-        pieces = split_after_exercises(cell, exercises + 1, prefix)
-        exercises += len(EXERCISE.findall(text))
-        cells += pieces
-    out["cells"] = cells
-    out.setdefault("metadata", {})["posenc_edition"] = "student"
+        start = 0
+        for k, m in enumerate(found):
+            number += 1
+            label = LABEL.search(m.group(0))
+            piece = copy.deepcopy(cell)
+            piece.update(id=f"{cell.get('id', 'md')}-{k}", source=text[start : m.end()])
+            piece["source"] = piece["source"].lstrip("\n")
+            cells += [
+                piece,
+                answer_cell(f"{prefix}{number}", label and label.group(1), checked),
+            ]
+            start = m.end()
+        if text[start:].strip():
+            rest = copy.deepcopy(cell)
+            rest.update(id=f"{cell.get('id', 'md')}-{len(found)}")
+            rest["source"] = text[start:].lstrip("\n")
+            cells.append(rest)
+    nb["cells"] = cells
+
+
+def strip_solutions(nb: dict, chapter: int | None = None) -> tuple[dict, int]:
+    """The student edition of ``nb`` (a copy), and how many solutions it lost."""
+    out = nbformat.from_dict(copy.deepcopy(nb))
+    removed = sum(
+        "{solution-start}" in "".join(c["source"])
+        for c in out.cells
+        if SOLUTION_TAG in tags(c)
+    )
+    add_answer_cells(out, chapter)
+    remover = TagRemovePreprocessor(remove_cell_tags=REMOVED_TAGS, enabled=True)
+    out, _ = remover.preprocess(out, {})
+    out.metadata["posenc_edition"] = "student"
     return out, removed
 
 
@@ -176,7 +202,7 @@ def build(out_dir: pathlib.Path) -> list[pathlib.Path]:
         student, _ = strip_solutions(nb, numbers.get(entry))
         path = out_dir / pathlib.Path(entry).relative_to("book").with_suffix(".ipynb")
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(student, indent=1, ensure_ascii=False) + "\n")
+        nbformat.write(student, path)
         written.append(path)
     with zipfile.ZipFile(out_dir / ZIP_NAME, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("README.md", readme())

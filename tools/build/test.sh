@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test command (run via `make test`; CI runs it through .ci/run). Every
-# notebook is executed ONCE, by the strict site build:
+# chapter notebook is executed ONCE, by the strict site build (its student edition,
+# a different notebook, once more, by test_student_notebooks.py):
 #   1. unit tests of posenc_lib and notebook hygiene         } side by side on the
 #   2. the strict website build from an empty cache: every   } machine's two cores
 #      notebook of _toc.yml executed, any cell error fails   }
@@ -18,6 +19,10 @@ echo "== 1/3 unit and hygiene tests (the site build runs beside them, see 2/3)"
 build_pid=$!
 unit_status=0
 "$PY" -m pytest tests -m "not browser and not build" -q || unit_status=$?
+# the student edition, run: every notebook with the solutions pasted back (each check
+# says "right") and with every planted wrong answer (each gets its own message); on the
+# core the unit tests leave free while the site build runs
+"$PY" -m pytest tests/test_student_notebooks.py -m build -q -rs || unit_status=$?
 build_status=0
 wait "$build_pid" || build_status=$?
 

@@ -1,45 +1,42 @@
-"""Time every chapter notebook, one after another, as a reader's machine would run it.
+"""Every chapter's run time, from jupyter-cache's execution records of the last site
+build (no timer of its own).
 
-    python -m tools.measure.time_notebooks                 # all notebooks of _toc.yml
-    python -m tools.measure.time_notebooks book/part3/rope.ipynb ...
-    python -m tools.measure.time_notebooks --from-build   # the last site build's times
+    python -m tools.build.site                 # executes every changed notebook
+    python -m tools.measure.time_notebooks     # reads _build/.jupyter_cache
+    python -m tools.measure.time_notebooks --cache PATH   # another build's cache
 
-Each notebook runs top to bottom in a fresh kernel (nbclient; kernel start included)
-and the wall-clock seconds are written to ``tools/results/timings/<device>.json``
-(``cpu``, or ``gpu`` when CUDA is present) with the machine they were measured on. The
-teaching guide's run-time table (tools/build/course_index.py) and the welcome page read
-that file;
-nothing there is typed by hand. Not part of the test command: run it when chapters
-change (the whole course takes a few minutes on a 2-core CPU). ``--from-build`` reads
-the execution time jupyter-cache recorded for each notebook in the last strict site
-build (``_build/.jupyter_cache``: the same one-after-another run, kernel start
-excluded) instead of running them again.
+The strict site build executes each notebook of ``_toc.yml`` one after another in a
+fresh kernel, and jupyter-cache records for each the seconds that execution took
+(``NbCacheRecord.data["execution_seconds"]``: nbclient's run, kernel start
+included). This reads the record that matches each notebook as it is now
+(``match_cache_file``: the same code cells) and writes the seconds to
+``tools/results/timings/<device>.json`` (``cpu``, or ``gpu`` when CUDA is present:
+build the site on that machine), with the machine and the date of the build. The
+teaching guide's run-time table (tools/build/course_index.py) reads that file; nothing
+there is typed by hand. A notebook changed since the build has no matching record:
+the tool names it and writes nothing (build the site again).
+
+The same records can be shown on a page by myst-nb: the directive ``{nb-exec-table}``
+renders a table of every notebook the build executed or took from the cache, with
+its run time (jupyter-cache's ``execution_seconds``), method and status.
 """
 
 from __future__ import annotations
 
-import datetime
+import argparse
 import json
 import os
 import pathlib
 import platform
-import re
 import sys
-import time
 
-import nbformat
-from nbclient import NotebookClient
+from jupyter_cache import get_cache
 
 from tools import RESULTS
+from tools.authoring.colab_cell import toc_notebooks
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def toc_notebooks() -> list[str]:
-    entries = re.findall(
-        r"^\s*-?\s*(?:file|root):\s*(\S+)", (ROOT / "_toc.yml").read_text(), re.M
-    )
-    return [f"{e}.ipynb" for e in entries if (ROOT / f"{e}.ipynb").exists()]
+CACHE = ROOT / "_build" / ".jupyter_cache"
 
 
 def device() -> tuple[str, str]:
@@ -51,61 +48,52 @@ def device() -> tuple[str, str]:
     return "cpu", f"{platform.processor() or platform.machine()}, {cores} cores"
 
 
-def from_build() -> dict[str, float]:
-    """notebook -> seconds, as the last site build's execution cache recorded them."""
-    from jupyter_cache import get_cache
+def from_cache(cache_dir: pathlib.Path = CACHE) -> tuple[dict, list[str]]:
+    """(entry -> cache record, entries without one) for every notebook of _toc.yml;
+    an entry is ``book/part3/rope``."""
+    cache = get_cache(cache_dir)
+    found, missing = {}, []
+    for path in toc_notebooks():
+        entry = path.relative_to(ROOT).with_suffix("").as_posix()
+        try:
+            found[entry] = cache.match_cache_file(str(path))
+        except KeyError:
+            missing.append(entry)
+    return found, missing
 
-    cache = get_cache(ROOT / "_build" / ".jupyter_cache")
-    return {
-        pathlib.Path(r.uri).relative_to(ROOT).as_posix(): r.data["execution_seconds"]
-        for r in cache.list_cache_records()
-        if "execution_seconds" in (r.data or {})
-    }
 
-
-def main() -> int:
-    built = from_build() if sys.argv[1:] == ["--from-build"] else None
-    paths = list(built) if built is not None else (sys.argv[1:] or toc_notebooks())
-    kind, name = device()
-    out = RESULTS / "timings" / f"{kind}.json"
-    record = json.loads(out.read_text()) if out.exists() else {"seconds": {}}
-    for path in paths:
-        if built is not None:
-            record["seconds"][path.removesuffix(".ipynb")] = round(built[path], 1)
-            print(f"{built[path]:6.1f} s  {path} (site build)", flush=True)
-            continue
-        nb = nbformat.read(ROOT / path, as_version=4)
-        start = time.perf_counter()
-        NotebookClient(
-            nb,
-            timeout=600,
-            kernel_name="python3",
-            resources={"metadata": {"path": str((ROOT / path).parent)}},
-        ).execute()
-        seconds = time.perf_counter() - start
-        record["seconds"][path.removesuffix(".ipynb")] = round(seconds, 1)
-        print(f"{seconds:6.1f} s  {path}", flush=True)
-    record.update(
-        device=name,
-        measured=datetime.date.today().isoformat(),
-        note="wall-clock seconds per notebook, run one after another "
-        + (
-            "in the strict site build (jupyter-cache's execution time)"
-            if built is not None
-            else "by tools/measure/time_notebooks.py, kernel start included"
-        ),
-    )
-    order = [p.removesuffix(".ipynb") for p in toc_notebooks()]
-    record["seconds"] = {
-        k: record["seconds"][k]
-        for k in sorted(
-            record["seconds"], key=lambda k: order.index(k) if k in order else 999
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", type=pathlib.Path, default=CACHE)
+    args = parser.parse_args(argv)
+    if not (args.cache / "global.db").exists():
+        print(f"no jupyter-cache at {args.cache}: build the site first")
+        return 1
+    records, missing = from_cache(args.cache)
+    if missing:
+        print(
+            "no execution record matches these notebooks as they are now (changed "
+            "since the build?): build the site again\n  " + "\n  ".join(missing)
         )
+        return 1
+    kind, name = device()
+    seconds = {
+        entry: round(r.data["execution_seconds"], 1) for entry, r in records.items()
     }
-    out.parent.mkdir(exist_ok=True)
+    for entry, s in seconds.items():
+        print(f"{s:6.1f} s  {entry}")
+    record = {
+        "seconds": seconds,
+        "device": name,
+        "measured": max(r.created for r in records.values()).date().isoformat(),
+        "note": "wall-clock seconds per notebook, run one after another in the strict "
+        "site build (jupyter-cache's execution records, kernel start included)",
+    }
+    out = RESULTS / "timings" / f"{kind}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")
-    total = sum(record["seconds"].values())
-    print(f"total {total:.0f} s over {len(record['seconds'])} notebooks -> {out}")
+    total = sum(seconds.values())
+    print(f"total {total:.0f} s over {len(seconds)} notebooks -> {out}")
     return 0
 
 
