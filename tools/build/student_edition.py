@@ -131,7 +131,8 @@ def answer_cell(number: str, label: str | None, checked: set[str]) -> dict:
     if label in checked:
         from posenc_lib.exercises import all_checks
 
-        source = all_checks()[label].stub
+        source = f"# {number}: complete, then run the check below\n"
+        source += all_checks()[label].stub
     else:
         source = f"# {number}: your answer\n"
     return nbformat.v4.new_code_cell(
