@@ -87,6 +87,8 @@ WAIT_IMAGES_JS = """async () => {
     r => { i.addEventListener('load', r); i.addEventListener('error', r); })));
   return imgs.filter(i => !i.naturalWidth).map(i => 'broken image: ' + i.src);
 }"""
+DRAWN_JS = """() => [...document.querySelectorAll('.plotly-graph-div')]
+  .every(d => d.querySelector('.main-svg'))"""
 UNRENDERED_JS = """() => {
   const bad = [];
   document.querySelectorAll('.math').forEach(m => {
@@ -152,6 +154,9 @@ def build_singlehtml() -> None:
         "--warningiserror",
         "--nitpick",
         "--keep-going",
+        # every page re-read (from the execution cache, a few seconds): an
+        # incremental build would keep outputs that a newer site build replaced
+        "--all",
     ]
     proc = subprocess.Popen(
         cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -219,6 +224,8 @@ def print_pdf(page_file: pathlib.Path, pdf: pathlib.Path) -> None:
             timeout=60_000,
         )
         page.evaluate("() => MathJax.startup.promise")
+        # interactive figures (posenc_lib.interactive) are drawn by plotly.js
+        page.wait_for_function(DRAWN_JS, timeout=60_000)
         page.evaluate(OPEN_COLLAPSED_JS)
         problems = page.evaluate(WAIT_IMAGES_JS)
         page.evaluate("() => document.fonts.ready.then(() => true)")
@@ -245,9 +252,10 @@ def print_pdf(page_file: pathlib.Path, pdf: pathlib.Path) -> None:
 
 def publish(pdf: pathlib.Path) -> None:
     """Serve the PDF from the site: the current build and every later one."""
-    for folder in (BUILD / "extra", BUILD / "html"):
-        if folder.is_dir():
-            shutil.copyfile(pdf, folder / PDF_NAME)
+    (BUILD / "extra").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(pdf, BUILD / "extra" / PDF_NAME)
+    if (BUILD / "html" / "index.html").exists():
+        shutil.copyfile(pdf, BUILD / "html" / PDF_NAME)
 
 
 def main() -> int:
