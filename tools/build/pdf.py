@@ -19,8 +19,12 @@ Three steps:
    broken or a code block is wider than the page, and prints A4 pages with the print
    stylesheet ``_static/print.css`` (each chapter on a new page, code wrapped).
 3. The PDF is copied to ``_build/extra/`` (``html_extra_path``: every later site build
-   serves it) and into the current ``_build/html/`` at the site's root, where the
-   intro links it.
+   serves it) and into the current ``_build/html/``: the site serves it at its root,
+   ``positional-encoding-course.pdf``.
+
+The PDF is tagged and has an outline (bookmarks: parts, chapters, sections), which
+``tests/test_pdf.py`` uses to find each chapter's pages; the tags are most of its size
+(about 35 MiB for 527 pages; 16 MiB untagged, without bookmarks).
 
 Why not ``jupyter-book build --builder pdfhtml``, which also prints the single-page
 build with Chromium? In jupyter-book 1.0.4 (``jupyter_book/pdf.py``) it launches
