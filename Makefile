@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: site test env clean
+.PHONY: site test env clean pdf
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ env: $(STAMP)
 
 site: $(STAMP)
 	$(PY) -m tools.build.site
+
+# The book as one PDF, _build/pdf/positional-encoding-course.pdf (tools/build/pdf.py):
+# reuses the site build's executed notebooks (builds the site first if it is stale).
+pdf: $(STAMP)
+	$(PY) -m tools.build.pdf
 
 test: $(STAMP)
 	PY=$(PY) bash tools/build/test.sh

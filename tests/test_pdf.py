@@ -1,0 +1,245 @@
+"""The book's PDF (``make pdf``: tools/build/pdf.py), opened with pypdf: a plausible
+number of pages, every chapter of ``_toc.yml`` in it under its own title, no formula
+left as TeX, every chapter's figures printed, and no line of code cut at the right
+edge of a page.
+
+Marked ``build``: it needs the PDF, so it runs with ``-m build`` after ``make pdf``.
+Without a PDF it skips with a message on a reader's machine and fails under CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import unicodedata
+
+import pytest
+
+from tools.build.colab_edition import _from_cache
+from tools.build.pdf import PDF, PDF_NAME
+
+pytestmark = pytest.mark.build
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+TOC = re.findall(
+    r"^\s*-?\s*(?:file|root):\s*(\S+)", (ROOT / "_toc.yml").read_text(), re.M
+)
+CHAPTERS = [entry for entry in TOC[1:]]  # the root (the intro) is the title page
+NOTEBOOKS = [entry for entry in CHAPTERS if (ROOT / f"{entry}.ipynb").exists()]
+# TeX that MathJax should have turned into formulas
+RAW_TEX = [r"\frac", r"\sqrt", r"\begin{", r"\end{", r"\mathrm", r"\mathbf", "$$"]
+RAW_TEX += [r"\left", r"\right", r"\cdot", r"\theta", r"\top", r"\sum", r"\("]
+# a text run in a monospace font (code) ending beyond the right margin is cut
+MONO_ADVANCE = 0.602  # DejaVu Sans Mono's advance width, in em
+RIGHT_MARGIN_PT = 14 / 25.4 * 72  # tools/build/pdf.py's MARGIN
+INTERACTIVE_CAPTION = "Interactive figure, printed at"
+IMAGE_MIMES = ("image/png", "image/jpeg", "image/gif")
+REMOVED = {"remove-cell", "remove_cell", "remove-output", "remove_output"}
+
+
+@pytest.fixture(scope="module")
+def reader():
+    if not PDF.exists():
+        message = f"no PDF at {PDF}: run `make pdf` (after `make site`)"
+        if IN_CI:
+            pytest.fail(message + " (CI builds the PDF before this test)")
+        pytest.skip(message)
+    from pypdf import PdfReader
+
+    return PdfReader(PDF)
+
+
+@pytest.fixture(scope="module")
+def extracted(reader):
+    """(the text of each page, the runs of code that end beyond the right margin),
+    in one pass over the PDF (text extraction is most of this module's time)."""
+    texts, cut = [], []
+    for number, page in enumerate(reader.pages, 1):
+        right = float(page.mediabox.right) - RIGHT_MARGIN_PT + 2
+
+        def visit(text, cm, tm, font, size, number=number, right=right):
+            name = str((font or {}).get("/BaseFont", ""))
+            if not text.strip() or "Mono" not in name:
+                return
+            scale_x = cm[0] * tm[0] + cm[2] * tm[1]
+            x = cm[0] * tm[4] + cm[2] * tm[5] + cm[4]
+            end = x + len(text.rstrip()) * MONO_ADVANCE * size * abs(scale_x)
+            if end > right:
+                cut.append(f"page {number}: {text.strip()[:60]!r} ends at {end:.0f} pt")
+
+        texts.append(page.extract_text(visitor_text=visit) or "")
+    return texts, cut
+
+
+@pytest.fixture(scope="module")
+def texts(extracted):
+    return extracted[0]
+
+
+def squash(text: str) -> str:
+    """Text without whitespace and ligatures (the PDF prints "ﬀ" for "ff"): a title
+    broken over two lines still matches."""
+    return re.sub(r"\s+", "", unicodedata.normalize("NFKC", text))
+
+
+def title(entry: str) -> str:
+    """The chapter's title: the first ``# `` heading of the notebook or page."""
+    path = ROOT / f"{entry}.ipynb"
+    if path.exists():
+        cells = json.loads(path.read_text())["cells"]
+        lines = [
+            line
+            for cell in cells
+            if cell["cell_type"] == "markdown"
+            for line in "".join(cell["source"]).splitlines()
+        ]
+    else:
+        lines = (ROOT / f"{entry}.md").read_text().splitlines()
+    heading = next(line for line in lines if line.startswith("# "))
+    # MyST inline markup renders as its text: `code`, *emphasis*, {role}`text`
+    heading = re.sub(r"\{[\w:-]+\}`([^`]*)`", r"\1", heading[2:])
+    return re.sub(r"[`*_]", "", heading).strip()
+
+
+def chapter_pages(reader, texts) -> dict[str, range]:
+    """entry -> the pages of its chapter, from the PDF's outline (bookmarks, made
+    from the headings): a chapter runs from its title's page to the next chapter's."""
+    marks = []  # (depth, title, page): chapters are the shallowest headings
+
+    def walk(items, depth):
+        for item in items:
+            if isinstance(item, list):
+                walk(item, depth + 1)
+            else:
+                page = reader.get_destination_page_number(item)
+                marks.append((depth, squash(item.title), page))
+
+    walk(reader.outline, 0)
+    starts = {}
+    for entry in CHAPTERS:
+        want = squash(title(entry))
+        # "2. Self-attention from scratch"; not the section "2.1. Notation"
+        found = sorted(
+            m for m in marks if re.fullmatch(r"(\d+\.)?" + re.escape(want), m[1])
+        )
+        assert found, f"{entry}: no bookmark {title(entry)!r} in the PDF's outline"
+        starts[entry] = found[0][2]
+    order = sorted(starts.values()) + [len(texts)]
+    return {
+        entry: range(start, order[order.index(start) + 1])
+        for entry, start in starts.items()
+    }
+
+
+@pytest.fixture(scope="module")
+def chapters(reader, texts):
+    return chapter_pages(reader, texts)
+
+
+def expected_figures(entry: str) -> tuple[int, int]:
+    """(images, interactive figures) that the executed notebook displays."""
+    nb = _from_cache(ROOT / f"{entry}.ipynb")
+    assert nb is not None, f"{entry}: not in the execution cache; run `make site`"
+    images = interactive = 0
+    for cell in nb.cells:
+        if set(cell.get("metadata", {}).get("tags", [])) & REMOVED:
+            continue
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if out.get("metadata", {}).get("scrapbook"):
+                continue  # glued: shown where the text uses it, if at all
+            if "application/vnd.plotly.v1+json" in data:
+                interactive += 1
+            elif any(mime in data for mime in IMAGE_MIMES):
+                images += 1
+    return images, interactive
+
+
+def drawn_images(page) -> int:
+    """Image XObjects that the page draws (inside form XObjects too)."""
+
+    def count(resources, seen) -> int:
+        total = 0
+        xobjects = (resources or {}).get("/XObject") or {}
+        for ref in xobjects.values():
+            obj = ref.get_object()
+            if id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            if obj.get("/Subtype") == "/Image":
+                total += 1
+            elif obj.get("/Subtype") == "/Form":
+                total += count(obj.get("/Resources"), seen)
+        return total
+
+    return count(page.get("/Resources"), set())
+
+
+def test_the_page_count_is_plausible(reader):
+    pages = len(reader.pages)
+    assert 5 * len(CHAPTERS) <= pages <= 40 * len(CHAPTERS), (
+        f"{pages} pages for {len(CHAPTERS)} chapters"
+    )
+
+
+def test_every_chapter_is_in_the_pdf_under_its_title(reader, texts):
+    text = squash("".join(texts))
+    missing = [f"{e}: {title(e)!r}" for e in CHAPTERS if squash(title(e)) not in text]
+    assert not missing, "chapters missing from the PDF:\n" + "\n".join(missing)
+    chapter_pages(reader, texts)  # and each has its bookmark (the outline)
+
+
+def test_no_formula_is_left_as_tex(texts):
+    """Code and outputs may print TeX (a sympy formula, a plot label): the PDF may
+    show each string as often as the executed notebooks print it, no more."""
+    printed = {tex: 0 for tex in RAW_TEX}
+    for entry in NOTEBOOKS:
+        nb = _from_cache(ROOT / f"{entry}.ipynb")
+        for cell in nb.cells if nb is not None else []:
+            if cell["cell_type"] != "code":
+                continue
+            shown = cell["source"] + "".join(
+                "".join(out.get("text", ""))
+                + "".join(out.get("data", {}).get("text/plain", ""))
+                for out in cell.get("outputs", [])
+            )
+            for tex in RAW_TEX:
+                printed[tex] += shown.count(tex)
+    text = "".join(texts)
+    left = {tex: text.count(tex) for tex in RAW_TEX if text.count(tex) > printed[tex]}
+    assert not left, f"TeX in the PDF beyond what the code prints: {left}"
+
+
+@pytest.mark.parametrize("entry", NOTEBOOKS)
+def test_every_figure_of_the_chapter_is_printed(reader, texts, chapters, entry):
+    images, interactive = expected_figures(entry)
+    pages = chapters[entry]
+    drawn = sum(drawn_images(reader.pages[i]) for i in pages)
+    assert drawn >= images, (
+        f"{entry}: {images} image outputs, {drawn} images on its pages "
+        f"{pages.start + 1}-{pages.stop}"
+    )
+    captions = sum(texts[i].count(INTERACTIVE_CAPTION) for i in pages)
+    assert captions >= interactive, (
+        f"{entry}: {interactive} interactive figures, {captions} printed"
+    )
+
+
+def test_no_line_of_code_is_cut_at_the_right_edge(extracted):
+    """Every run of monospace text (code, outputs) ends inside the page's text area."""
+    cut = extracted[1]
+    assert not cut, "code cut at the right edge:\n" + "\n".join(cut[:20])
+
+
+def test_the_site_serves_the_pdf(reader):
+    """tools/build/pdf.py copies the PDF into html_extra_path (every later site build
+    serves it) and into the current site build."""
+    served = [ROOT / "_build" / "extra" / PDF_NAME]
+    if (ROOT / "_build" / "html" / "index.html").exists():
+        served.append(ROOT / "_build" / "html" / PDF_NAME)
+    for path in served:
+        assert path.exists(), f"{path} missing: the site does not serve the PDF"
+        assert path.read_bytes() == PDF.read_bytes(), f"{path} is an older PDF"

@@ -1,0 +1,295 @@
+"""The whole book as one PDF: Jupyter Book's single-page build printed by Chromium.
+
+    python -m tools.build.pdf         # after `make site`: `make pdf`
+    -> _build/pdf/positional-encoding-course.pdf   (also served by the site, see below)
+
+Three steps:
+
+1. ``jupyter-book build --builder singlehtml``, strict like the site build
+   (``--warningiserror --nitpick``), into ``_build/pdf/_build/singlehtml``. The
+   notebooks are NOT executed again: the build uses the site's execution cache
+   (``_build/.jupyter_cache``, ``execute_notebooks: cache`` in ``_config.yml``). When
+   that cache is missing or stale (``posenc_lib``, the pins or ``_toc.yml`` changed
+   since the last site build: ``tools/build/site.py``'s hash), the site is built first.
+2. Headless Chromium (Debian's ``/usr/bin/chromium``, or ``$CHROMIUM``, driven by
+   playwright) opens that page from a local server with every other request blocked,
+   waits for MathJax to finish typesetting, for every image to load and for every
+   interactive (plotly) figure to be drawn, opens every collapsed block (hidden code,
+   exercise solutions), refuses to print if a formula was left as TeX, an image is
+   broken or a code block is wider than the page, and prints A4 pages with the print
+   stylesheet ``_static/print.css`` (each chapter on a new page, code wrapped).
+3. The PDF is copied to ``_build/extra/`` (``html_extra_path``: every later site build
+   serves it) and into the current ``_build/html/``: the site serves it at its root,
+   ``positional-encoding-course.pdf``.
+
+The PDF is tagged and has an outline (bookmarks: parts, chapters, sections), which
+``tests/test_pdf.py`` uses to find each chapter's pages; the tags are most of its size
+(about 35 MiB for 527 pages; 16 MiB untagged, without bookmarks).
+
+Why not ``jupyter-book build --builder pdfhtml``, which also prints the single-page
+build with Chromium? In jupyter-book 1.0.4 (``jupyter_book/pdf.py``) it launches
+playwright's own downloaded browser (``p.chromium.launch()`` with no executable path,
+so it needs ``playwright install`` and the network; we use Debian's Chromium, offline),
+prints as soon as the network is idle without waiting for MathJax, with no page size
+and zero side margins, and writes the single-page HTML over the site in
+``_build/html``. ``pdflatex`` needs a TeX installation, which the course does not
+require. The page is printed from a copy at the build's root (``book.html``) because
+Sphinx's ``singlehtml`` writes the root document ``book/intro.html`` with links to
+``_static/`` and ``_images/`` relative to the build's root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import http.server
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from urllib.parse import urlparse
+
+import yaml
+
+from tools.build.site import BUILD, STAMP, library_hash
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+OUT = BUILD / "pdf"
+PDF_NAME = "positional-encoding-course.pdf"
+PDF = OUT / PDF_NAME
+SINGLE = OUT / "_build" / "singlehtml"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# A4 text width: 210 mm - 2 x 14 mm (the margins of _static/print.css) at 96 px/inch
+TEXT_WIDTH_PX = round((210 - 28) / 25.4 * 96)
+MARGIN = {"top": "16mm", "bottom": "16mm", "left": "14mm", "right": "14mm"}
+FOOTER = (
+    '<div style="font-size:8px;width:100%;text-align:center;color:#555">'
+    '<span class="pageNumber"></span> / <span class="totalPages"></span></div>'
+)
+
+# Run in the page before printing; each returns a list of problems (empty: fine).
+OPEN_COLLAPSED_JS = """() => {
+  document.querySelectorAll('details').forEach(d => { d.open = true; });
+  document.querySelectorAll('.toggle-hidden').forEach(
+    e => e.classList.remove('toggle-hidden'));
+}"""
+WAIT_IMAGES_JS = """async () => {
+  const imgs = [...document.images];
+  await Promise.all(imgs.map(i => i.complete ? null : new Promise(
+    r => { i.addEventListener('load', r); i.addEventListener('error', r); })));
+  return imgs.filter(i => !i.naturalWidth).map(i => 'broken image: ' + i.src);
+}"""
+DRAWN_JS = """() => [...document.querySelectorAll('.plotly-graph-div')]
+  .every(d => d.querySelector('.main-svg'))"""
+UNRENDERED_JS = """() => {
+  const bad = [];
+  document.querySelectorAll('.math').forEach(m => {
+    if (!m.querySelector('mjx-container'))
+      bad.push('formula left as TeX: ' + m.textContent.slice(0, 80));
+  });
+  document.querySelectorAll('mjx-merror').forEach(m =>
+    bad.push('MathJax error: ' + m.textContent.slice(0, 80)));
+  document.querySelectorAll('.plotly-graph-div').forEach(d => {
+    if (!d.querySelector('.main-svg'))
+      bad.push('interactive figure not drawn: ' + d.id);
+  });
+  return bad;
+}"""
+# Under print media at the A4 text width: code blocks that would be cut at the edge
+OVERFLOW_JS = """() => [...document.querySelectorAll('pre')]
+  .filter(p => p.scrollWidth > p.clientWidth + 1)
+  .map(p => 'code wider than the page: ' + p.textContent.slice(0, 80))"""
+
+
+def chromium() -> str:
+    path = (
+        os.environ.get("CHROMIUM")
+        or shutil.which("chromium")
+        or shutil.which("chromium-browser")
+    )
+    if not path:
+        sys.exit(
+            "[pdf] Chromium not found: install Debian's chromium "
+            "(apt-get install -y chromium) or set CHROMIUM"
+        )
+    return path
+
+
+def ensure_site_cache() -> None:
+    """The single-page build reuses the site's executed notebooks: build the site
+    first when its cache is missing or stale."""
+    if STAMP.exists() and STAMP.read_text() == library_hash():
+        return
+    print("[pdf] no current site build: running tools.build.site first", flush=True)
+    subprocess.run([sys.executable, "-m", "tools.build.site"], cwd=ROOT, check=True)
+
+
+def build_singlehtml() -> None:
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    # tools/build/singlehtml_nodes.py: sphinx-proof's nodes in the singlehtml builder
+    config["sphinx"].setdefault("local_extensions", {})["singlehtml_nodes"] = str(
+        ROOT / "tools" / "build"
+    )
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    (BUILD / "extra").mkdir(parents=True, exist_ok=True)  # html_extra_path
+    cmd = [
+        str(pathlib.Path(sys.executable).parent / "jupyter-book"),
+        "build",
+        str(ROOT),
+        "--builder",
+        "singlehtml",
+        "--config",
+        str(OUT / "_config.yml"),
+        "--path-output",
+        str(OUT),
+        "--warningiserror",
+        "--nitpick",
+        "--keep-going",
+        # every page re-read (from the execution cache, a few seconds): an
+        # incremental build would keep outputs that a newer site build replaced
+        "--all",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    executed = []
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        found = re.search(r"(\S+\.ipynb): Executed notebook", line)
+        if found:
+            executed.append(found.group(1))
+    if proc.wait() != 0:
+        sys.exit(f"[pdf] the single-page build failed (exit {proc.returncode})")
+    if executed:
+        print(
+            f"[pdf] {len(executed)} notebook(s) were not in the site's execution "
+            f"cache and ran again: {', '.join(executed)}",
+            flush=True,
+        )
+
+
+def root_page() -> pathlib.Path:
+    """The single page, copied to the build's root so that its relative links to
+    ``_static/`` and ``_images/`` resolve (see the module docstring)."""
+    root = re.search(r"^root:\s*(\S+)", (ROOT / "_toc.yml").read_text(), re.M)
+    page = SINGLE / f"{root.group(1)}.html"
+    target = SINGLE / "book.html"
+    shutil.copyfile(page, target)
+    return target
+
+
+@functools.cache
+def _serve(directory: str) -> str:
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Quiet, directory=directory)
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{httpd.server_address[1]}"
+
+
+def print_pdf(page_file: pathlib.Path, pdf: pathlib.Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    url = f"{_serve(str(page_file.parent))}/{page_file.name}"
+    blocked = []
+
+    def route(r):
+        if urlparse(r.request.url).hostname == "127.0.0.1":
+            r.continue_()
+        else:
+            blocked.append(r.request.url)
+            r.abort()
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": TEXT_WIDTH_PX, "height": 1100})
+        page.route("**/*", route)
+        page.emulate_media(media="print", color_scheme="light")
+        page.goto(url, wait_until="load", timeout=180_000)
+        # MathJax typesets after load: wait for its startup promise (all formulas)
+        page.wait_for_function(
+            "() => window.MathJax && MathJax.startup && MathJax.startup.promise",
+            timeout=60_000,
+        )
+        page.evaluate("() => MathJax.startup.promise")
+        # interactive figures (posenc_lib.interactive) are drawn by plotly.js
+        page.wait_for_function(DRAWN_JS, timeout=60_000)
+        page.evaluate(OPEN_COLLAPSED_JS)
+        problems = page.evaluate(WAIT_IMAGES_JS)
+        page.evaluate("() => document.fonts.ready.then(() => true)")
+        problems += page.evaluate(UNRENDERED_JS)
+        problems += page.evaluate(OVERFLOW_JS)
+        if blocked:
+            problems += [f"blocked a non-local request: {u}" for u in blocked[:5]]
+        if problems:
+            browser.close()
+            sys.exit("[pdf] not printed:\n  " + "\n  ".join(problems[:20]))
+        page.pdf(
+            path=str(pdf),
+            format="A4",
+            margin=MARGIN,
+            print_background=True,
+            display_header_footer=True,
+            header_template="<div></div>",
+            footer_template=FOOTER,
+            outline=True,  # PDF bookmarks from the headings (chapters, sections)
+            tagged=True,
+        )
+        browser.close()
+
+
+def publish(pdf: pathlib.Path) -> None:
+    """Serve the PDF from the site: the current build and every later one."""
+    (BUILD / "extra").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(pdf, BUILD / "extra" / PDF_NAME)
+    if (BUILD / "html" / "index.html").exists():
+        shutil.copyfile(pdf, BUILD / "html" / PDF_NAME)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--print-only",
+        action="store_true",
+        help="print the existing single-page build again (no Sphinx build)",
+    )
+    args = parser.parse_args()
+    start = time.time()
+    if not args.print_only:
+        ensure_site_cache()
+        build_singlehtml()
+    built = time.time()
+    print_pdf(root_page(), PDF)
+    publish(PDF)
+    from pypdf import PdfReader
+
+    pages = len(PdfReader(PDF).pages)
+    print(
+        f"[pdf] {PDF.relative_to(ROOT)}: {pages} pages, "
+        f"{PDF.stat().st_size / 2**20:.1f} MiB; single-page build "
+        f"{built - start:.0f} s, printing {time.time() - built:.0f} s",
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
