@@ -222,3 +222,12 @@ def test_the_student_edition_downloads_from_the_teaching_guide(open_page):
     response = page.request.get(url)
     assert response.status == 200, f"{url}: HTTP {response.status}"
     assert response.body()[:2] == b"PK", f"{url} is not a zip archive"
+
+
+def test_the_pdf_downloads_from_the_intro(open_page):
+    page = open_page("book/intro.html")
+    link = page.locator("a[href$='positional-encoding-course.pdf']")
+    assert link.count() == 1, "the intro has no link to the PDF"
+    url = page.evaluate("(a) => a.href", link.element_handle())
+    response = page.request.get(url)
+    assert response.status == 200 and response.body()[:5] == b"%PDF-", url

@@ -37,6 +37,10 @@ if [ "$build_status" -ne 0 ]; then
   exit "$build_status"
 fi
 
+echo "== the book as one PDF, from the site build's execution cache"
+"$PY" -m tools.build.pdf > _build/logs/pdf.log 2>&1 || { tail -40 _build/logs/pdf.log; exit 1; }
+"$PY" -m pytest tests/test_pdf.py -m build -q -rs
+
 echo "== 3/3 the built site in headless Chromium"
 "$PY" -m pytest tests -m browser -q -rs
 
