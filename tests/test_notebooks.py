@@ -113,7 +113,7 @@ def test_notebook_follows_the_chapter_skeleton(path):
     )
 
 
-DRAWS = re.compile(r"plt\.(subplots|figure)\(")
+DRAWS = re.compile(r"plt\.(subplots|figure)\(|slider_figure\(")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
