@@ -65,6 +65,8 @@ def main() -> int:
     config = out / "_config.yml"
     text = (ROOT / "_config.yml").read_text()
     text = re.sub(r"^(\s+cache:).*$", rf"\1 {out / '.jupyter_cache'}", text, flags=re.M)
+    # local_extensions' paths are relative to the config file, which moves to ``out``
+    text = re.sub(r"^(\s+[\w.]+:\s+)\./\s*$", rf"\1{ROOT}/", text, flags=re.M)
     text = re.sub(
         r"^execute:\n",
         "execute:\n  exclude_patterns: [" + ", ".join(f'"{p}"' for p in skip) + "]\n",

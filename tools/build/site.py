@@ -77,7 +77,7 @@ def main() -> int:
     # index are collected from the chapters, and
     # the student edition (served from the site, see html_extra_path) from the
     # notebooks.
-    for page in ("errata_index", "course_index", "exercise_numbers"):
+    for page in ("errata_index", "course_index", "exercise_numbers", "api_reference"):
         subprocess.run(
             [sys.executable, "-m", f"tools.build.{page}"], cwd=ROOT, check=True
         )
