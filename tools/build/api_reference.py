@@ -32,13 +32,12 @@ import pathlib
 import pkgutil
 import re
 import sys
+from collections import Counter
 from types import ModuleType
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGE = ROOT / "book" / "appendix" / "api.md"
 DOCNAME = "book/appendix/api"
-# Reached as ``pl.book.glue`` even while the top level re-exports its names.
-ALWAYS_NAMESPACES = ("book",)
 # "Press et al., 2022", "Huang et al. (2020)", "Shaw, Uszkoreit and Vaswani (2018)"
 CITATION = re.compile(
     r"(?P<who>[A-Z][\w'-]+(?: et al\.|(?:, [A-Z][\w'-]+)*(?: and [A-Z][\w'-]+)?))"
@@ -73,29 +72,34 @@ def _chapter_code() -> dict[str, str]:
 def namespaces() -> list[str]:
     """The public submodules: those a reader reaches as ``pl.<module>.<name>``.
 
-    A plain module (not a package: ``encodings`` re-exports everything at the top
-    level, ``backends`` is internal) of ``posenc_lib`` is public when none of its
-    ``__all__`` is re-exported by ``posenc_lib`` (``lab``, ``interactive``), when a
-    chapter's code reaches it as ``pl.<module>.`` (``models_data``), or when it is
-    named in ``ALWAYS_NAMESPACES``. A module added later is picked up by the same
-    rules.
+    A submodule of ``posenc_lib`` is public when ``posenc_lib.__all__`` exports it
+    (``book``, ``exercises``); when it exports functions or classes and the top
+    level re-exports none of its ``__all__`` (``lab``, ``interactive``, but not
+    ``backends``, two modules and a dict); or when a chapter's code reaches it as
+    ``pl.<module>.`` and it exports names the top level does not (``models_data``;
+    ``encodings`` re-exports everything at the top level). A module added later is
+    picked up by the same rules.
     """
     pl = _lib()
     top = {id(getattr(pl, name)) for name in pl.__all__}
+    exported = {
+        name for name in pl.__all__ if inspect.ismodule(getattr(pl, name, None))
+    }
     code = "\n".join(_chapter_code().values())
     used = set(re.findall(r"\bpl\.([a-z_]\w*)\.", code))
     out = []
     for info in sorted(pkgutil.iter_modules(pl.__path__), key=lambda m: m.name):
-        if info.name.startswith("_") or info.ispkg:
+        if info.name.startswith("_"):
             continue
         module = importlib.import_module(f"posenc_lib.{info.name}")
-        names = getattr(module, "__all__", None)
-        if not names:
-            continue
+        names = list(getattr(module, "__all__", ()))
+        objects = [getattr(module, n) for n in names]
+        own = [obj for obj in objects if id(obj) not in top]
+        code_like = [o for o in own if inspect.isfunction(o) or inspect.isclass(o)]
         if (
-            info.name in ALWAYS_NAMESPACES
-            or info.name in used
-            or not any(id(getattr(module, n)) in top for n in names)
+            info.name in exported
+            or (code_like and len(own) == len(objects))
+            or (info.name in used and own)
         ):
             out.append(info.name)
     return out
@@ -181,18 +185,17 @@ def teaching_chapter(name: str, cls: type, code: dict[str, str]) -> str | None:
     }
     module_names = set(getattr(module, "__all__", ())) - {cls.__name__}
     module_names.add(cls.__module__.rsplit(".", 1)[1])
-    mention = re.compile(rf"[\"']{re.escape(name)}[\"']|\b{cls.__name__}\b")
-    prose = re.compile(rf"(?i)\b(?:{re.escape(name)}|{cls.__name__})\b")
     best, best_key = None, None
     for entry, src in code.items():
-        shown = _shown(src)
-        text = _chapter_prose(entry)
+        words = _words(entry, src)
         key = (
             entry.rsplit("/", 1)[1] == name,
-            bool(shown & own),
-            len(mention.findall(src)) + len(prose.findall(text)),
-            bool(shown & module_names),
-            sum(len(re.findall(rf"\b{re.escape(n)}\b", src)) for n in module_names),
+            bool(words["shown"] & own),
+            words["quoted"][name]
+            + words["code"][cls.__name__]
+            + sum(words["prose"][w] for w in {name.lower(), cls.__name__.lower()}),
+            bool(words["shown"] & module_names),
+            sum(words["code"][n] for n in module_names),
         )
         if any(key) and (best_key is None or key > best_key):
             best, best_key = entry, key
@@ -200,6 +203,20 @@ def teaching_chapter(name: str, cls: type, code: dict[str, str]) -> str | None:
 
 
 _PROSE: dict[str, str] = {}
+_WORDS: dict[str, dict] = {}
+
+
+def _words(entry: str, src: str) -> dict:
+    """A chapter's words, counted once: identifiers and quoted names in its code,
+    lower-cased words of its prose, and what its ``show_source`` calls print."""
+    if entry not in _WORDS:
+        _WORDS[entry] = dict(
+            code=Counter(re.findall(r"\w+", src)),
+            quoted=Counter(re.findall(r"[\"']([\w-]+)(?=[\"'])", src)),
+            prose=Counter(re.findall(r"\w+", _chapter_prose(entry).lower())),
+            shown=_shown(src),
+        )
+    return _WORDS[entry]
 
 
 def _chapter_prose(entry: str) -> str:
@@ -398,9 +415,15 @@ def _missing_reference(app, env, node, contnode):
     target = node.get("reftarget", "")
     head = target.split(".", 1)[0]
     if head == "posenc_lib":
-        # a private class in a signature (``_HuangTable``): not in the reference
-        private = any(part.startswith("_") for part in target.split("."))
-        return contnode if private else None
+        # a class in a signature that its module does not export (``_HuangTable``,
+        # ``exercises.Check``) is not in the reference: plain text. An exported
+        # name that is missing from the reference still warns.
+        module_name, _, name = target.rpartition(".")
+        module = sys.modules.get(module_name)
+        if module is not None and hasattr(module, name):
+            if name not in getattr(module, "__all__", ()):
+                return contnode
+        return None
     if head not in sys.modules or head == "tools":
         return None
     return contnode
