@@ -152,10 +152,10 @@ def paper(cls: type, module: ModuleType, alone: bool) -> str:
 
 
 def hooks(cls: type) -> list[str]:
-    """The hooks (and ``score_mod``) ``cls`` overrides, in the attention's order."""
+    """The hooks of ``HOOKS`` that ``cls`` overrides, in the attention's order."""
     from posenc_lib.base import HOOKS, overrides
 
-    return [hook for hook in (*HOOKS, "score_mod") if overrides(cls, hook)]
+    return [hook for hook in HOOKS if overrides(cls, hook)]
 
 
 def _shown(code: str) -> set[str]:
@@ -296,13 +296,18 @@ def render() -> str:
         "## Encodings by name",
         "",
         'Build any of them with `pl.make_encoding("name", d_model, n_heads, '
-        "max_len)`. *Hooks* are the methods of `PositionalEncoding` the encoding "
-        "overrides (the rest keep their identity defaults); *chapter* is the one "
-        "that teaches it, found in the chapters' code.",
+        "max_len)`. *Hooks*: the hooks of `pl.HOOKS` that its class overrides "
+        "(the others keep `PositionalEncoding`'s identity defaults). *Chapter*: "
+        "the chapter that teaches it, read from the chapters' code (the rules are "
+        "in `teaching_chapter` of the generator). *Paper*: the citation in its "
+        "docstring.",
         "",
         "| name | class | hooks | chapter | paper |",
         "|---|---|---|---|---|",
     ]
+    from tools.build.course_index import numbered_chapters
+
+    number = {e: f"{k}." for k, (_, e) in enumerate(numbered_chapters(), start=1)}
     for row in rows:
         cls = (
             f"{{py:class}}`~posenc_lib.{row['cls']}`"
@@ -312,6 +317,7 @@ def render() -> str:
         hook_text = ", ".join(f"`{h}`" for h in row["hooks"]) or "none"
         chapter = row["chapter"]
         chapter_text = (
+            f"{number.get(chapter, '')}{' ' if chapter in number else ''}"
             f"[{chapter_title(chapter)}](../{chapter.removeprefix('book/')}.ipynb)"
             if chapter
             else "—"
