@@ -58,7 +58,13 @@ def test_every_public_submodule_is_in_the_reference():
     names = documented()
     for ns in namespaces:
         module = importlib.import_module(f"posenc_lib.{ns}")
-        missing = [n for n in module.__all__ if f"posenc_lib.{ns}.{n}" not in names]
+        missing = [
+            n
+            for n in module.__all__
+            if f"posenc_lib.{ns}.{n}" not in names
+            and not (getattr(pl, n, None) is getattr(module, n)
+                     and f"posenc_lib.{n}" in names)
+        ]  # fmt: skip
         assert not missing, f"posenc_lib.{ns}: not in the reference: {missing}"
 
 

@@ -148,6 +148,21 @@ def paper(cls: type, module: ModuleType, alone: bool) -> str:
     return ""
 
 
+def papers(module: ModuleType) -> list[str]:
+    """Every citation ("Press et al., 2022") in a module's docstring and its
+    classes' and functions' docstrings, in order, once each."""
+    docs = [module.__doc__] + [
+        getattr(module, name).__doc__ for name in getattr(module, "__all__", ())
+    ]
+    found = [
+        f"{m['who']}, {m['year']}"
+        for doc in docs
+        if isinstance(doc, str)
+        for m in CITATION.finditer(inspect.cleandoc(doc))
+    ]
+    return list(dict.fromkeys(found))
+
+
 # ------------------------------------------------------------------------ encodings
 
 
@@ -269,7 +284,9 @@ def _directive(name: str, obj, prefix: str = "posenc_lib") -> list[str]:
         return [f".. autoclass:: {target}", "   :members:", ""]
     if inspect.isfunction(obj) or inspect.isbuiltin(obj):
         return [f".. autofunction:: {target}", ""]
-    return [f".. autodata:: {target}", "   :no-value:", ""]
+    # a short tuple or number is its own best description (HOOKS); a table is not
+    small = isinstance(obj, (tuple, str, int, float)) and len(repr(obj)) <= 120
+    return [f".. autodata:: {target}", *([] if small else ["   :no-value:"]), ""]
 
 
 def _rst_block(lines: list[str]) -> list[str]:
@@ -348,6 +365,8 @@ def render() -> str:
             lines += ["## The encodings: `posenc_lib.encodings`", ""]
         lines += [f"### `{module}`", ""]
         body = [summary(sys.modules[module].__doc__), ""]
+        if cited := papers(sys.modules[module]):
+            body += [f"Papers cited in this module: {'; '.join(cited)}.", ""]
         for name in groups[module]:
             body += _directive(name, getattr(pl, name))
         lines += _rst_block(body)
@@ -355,8 +374,16 @@ def render() -> str:
         module = importlib.import_module(f"posenc_lib.{ns}")
         lines += [f"## The namespace `pl.{ns}`", ""]
         body = [summary(module.__doc__), ""]
+        # names the top level re-exports are documented once, there
+        shared = [
+            n for n in module.__all__ if getattr(pl, n, None) is getattr(module, n)
+        ]
+        if shared:
+            names = ", ".join(f":py:obj:`pl.{n} <posenc_lib.{n}>`" for n in shared)
+            body += [f"Also here, documented above: {names}.", ""]
         for name in module.__all__:
-            body += _directive(name, getattr(module, name), f"posenc_lib.{ns}")
+            if name not in shared:
+                body += _directive(name, getattr(module, name), f"posenc_lib.{ns}")
         lines += _rst_block(body)
     return "\n".join(lines).rstrip() + "\n"
 
