@@ -66,7 +66,17 @@ def main() -> int:
     text = (ROOT / "_config.yml").read_text()
     text = re.sub(r"^(\s+cache:).*$", rf"\1 {out / '.jupyter_cache'}", text, flags=re.M)
     # local_extensions' paths are relative to the config file, which moves to ``out``
-    text = re.sub(r"^(\s+[\w.]+:\s+)\./\s*$", rf"\1{ROOT}/", text, flags=re.M)
+    text = re.sub(
+        r"^(?P<indent>[ \t]+)local_extensions:.*\n(?:(?P=indent)[ \t]+.*\n)*",
+        lambda block: re.sub(
+            r"^(\s+[\w.]+:\s+)([^\s#/][^\s#]*)",
+            lambda m: m[1] + (ROOT / m[2]).as_posix() + "/",
+            block[0],
+            flags=re.M,
+        ),
+        text,
+        flags=re.M,
+    )
     text = re.sub(
         r"^execute:\n",
         "execute:\n  exclude_patterns: [" + ", ".join(f'"{p}"' for p in skip) + "]\n",
