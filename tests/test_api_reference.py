@@ -149,3 +149,19 @@ def test_the_built_reference_has_an_entry_for_every_name(open_page):
     link.click()
     page.wait_for_url(re.compile(r"api\.html#posenc_lib\.apply_rope$"))
     assert page.locator('[id="posenc_lib.apply_rope"]').is_visible()
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_reference_fits_a_laptop_and_a_phone(open_page, width):
+    """Long signatures wrap (_static/api.css) instead of widening the page."""
+    from tests.browser import HTML
+    from tests.test_site import CLIPPED_JS
+
+    if not (HTML / "book" / "appendix" / "api.html").exists():
+        pytest.fail("the site has no book/appendix/api.html (see the test above)")
+    page = open_page("book/appendix/api.html", width=width)
+    clipped = page.evaluate(CLIPPED_JS, width < 720)
+    assert not clipped, f"book/appendix/api.html at {width}px:\n" + "\n".join(
+        clipped[:15]
+    )
