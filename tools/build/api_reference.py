@@ -10,15 +10,16 @@ submodule (see :func:`namespaces`); Sphinx's autodoc fills in each signature and
 docstring at build time, so the text can only be as stale as the docstrings. Above
 them, a table with one row per ``posenc_lib.REGISTRY`` entry: its class, the hooks it
 overrides (``posenc_lib.base.overrides``), the chapter that teaches it (see
-:func:`teaching_chapter`, read from the notebooks) and its paper (the module
-docstring's citation). ``tools/build/site.py`` regenerates the page before every
-build and a test checks that the committed one is current.
+:func:`teaching_chapter`, read from the notebooks) and its paper (see
+:func:`paper`); each module's section starts with its docstring's first paragraph
+and the papers its docstrings cite. ``tools/build/site.py`` regenerates the page
+before every build and a test checks that the committed one is current.
 
 **The extension** (``setup``; ``local_extensions`` in ``_config.yml``) loads autodoc,
 makes references outside ``posenc_lib`` (``torch.Tensor`` in a signature) plain text
 instead of nitpicky warnings (the build is offline: no intersphinx), and links the
-first inline-code mention of a documented name on every page (```pl.apply_rope```,
-```make_encoding("rope", 64, 4)```, ```pl.lab.run_lab```) to its entry. Sphinx has
+first inline-code mention of a documented name on every page (``pl.apply_rope``,
+``make_encoding("rope", 64, 4)``, ``pl.lab.run_lab``) to its entry. Sphinx has
 no setting for that last part, hence the hand-written transform; it changes the HTML
 only: the notebooks (and so Colab) keep their plain Markdown.
 """
