@@ -39,6 +39,7 @@ import json
 import math
 import pkgutil
 import re
+import textwrap
 from typing import Any, Callable
 
 import numpy as np
@@ -179,8 +180,8 @@ def verify(label: str, answer: Any) -> Result:
 
 def check(label: str, answer: Any) -> None:
     """Check ``answer`` to exercise ``label`` ("ex-rope-complex" or "14.1") and print
-    the verdict."""
-    print(verify(label, answer))
+    the verdict (wrapped at 88 columns, as the book's code is)."""
+    print(textwrap.fill(str(verify(label, answer)), 88, break_long_words=False))
 
 
 def results() -> dict[str, Result]:

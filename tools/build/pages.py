@@ -65,18 +65,6 @@ def main() -> int:
     config = out / "_config.yml"
     text = (ROOT / "_config.yml").read_text()
     text = re.sub(r"^(\s+cache:).*$", rf"\1 {out / '.jupyter_cache'}", text, flags=re.M)
-    # local_extensions' paths are relative to the config file, which moves to ``out``
-    text = re.sub(
-        r"^(?P<indent>[ \t]+)local_extensions:.*\n(?:(?P=indent)[ \t]+.*\n)*",
-        lambda block: re.sub(
-            r"^(\s+[\w.]+:\s+)([^\s#/][^\s#]*)",
-            lambda m: m[1] + (ROOT / m[2]).as_posix() + "/",
-            block[0],
-            flags=re.M,
-        ),
-        text,
-        flags=re.M,
-    )
     text = re.sub(
         r"^execute:\n",
         "execute:\n  exclude_patterns: [" + ", ".join(f'"{p}"' for p in skip) + "]\n",
@@ -84,7 +72,9 @@ def main() -> int:
         flags=re.M,
     )
     # local_extensions are found relative to the config file: point them at the repo
-    text = re.sub(r"^(\s+\w+: )(tools/\S*)$", rf"\g<1>{ROOT}/\2", text, flags=re.M)
+    text = re.sub(
+        r"^(\s+[\w.]+: +)(tools/\S*|\./)(?=\s|$)", rf"\g<1>{ROOT}/\2", text, flags=re.M
+    )
     config.write_text(text)
     cmd = [
         str(pathlib.Path(sys.executable).parent / "jupyter-book"),

@@ -73,13 +73,20 @@ def main() -> int:
     ]
     if stale:
         cmd.append("--all")
-    # Generated pages first: the errata index and the teaching guide's chapter
-    # index are collected from the chapters, and
+    # Generated pages first: the errata index, the teaching guide's chapter
+    # index and its sessions' facts are collected from the chapters, and
     # the student edition (served from the site, see html_extra_path) from the
     # notebooks.
-    for page in ("errata_index", "course_index", "exercise_numbers", "api_reference"):
+    for page in (
+        "errata_index",
+        "course_index",
+        "exercise_numbers",
+        "slides --guide",
+        "api_reference",
+    ):
+        module, *args = page.split()
         subprocess.run(
-            [sys.executable, "-m", f"tools.build.{page}"], cwd=ROOT, check=True
+            [sys.executable, "-m", f"tools.build.{module}", *args], cwd=ROOT, check=True
         )
     student = BUILD / "extra" / "student"
     shutil.rmtree(student, ignore_errors=True)
@@ -103,6 +110,9 @@ def main() -> int:
     BUILD.mkdir(exist_ok=True)
     STAMP.write_text(current)
     print(f"[build] open {BUILD / 'html' / 'index.html'}")
+    # The teaching guide's slides, one deck per session, from this build's executed
+    # notebooks (so after the build), into the site: _build/html/slides.
+    subprocess.run([sys.executable, "-m", "tools.build.slides"], cwd=ROOT, check=True)
     # The Colab edition: the notebooks in plain Markdown, with the values glued by
     # this build's executed notebooks (tools/build/colab_edition.py).
     shutil.rmtree(BUILD / "colab", ignore_errors=True)

@@ -1,0 +1,156 @@
+"""Checks for the exercises of book/part7/nope_sinks.ipynb."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+import posenc_lib as pl
+from posenc_lib.exercises import Wrong, call, exercise, expect, expect_close, plant
+from posenc_lib.exercises._values import number
+
+CHAPTER = "part7/nope_sinks"
+
+WINDOW_STUB = '''\
+class SlidingRotary(pl.Rotary):
+    """RoPE with a sliding window: a query at position p sees the keys at positions
+    p - window + 1 .. p (window keys), through score_bias (0 or -inf)."""
+
+    def __init__(self, d_head, window, base=10000.0, **kw):
+        super().__init__(d_head, base, **kw)
+        self.window = window
+
+    ...  # your code
+'''
+
+
+def _reference(q, k, v, pos, window):
+    rq, rk = pl.Rotary(q.shape[-1]).transform_qk(q, k, pos, pos)
+    rel = pos[:, None, :, None] - pos[:, None, None, :]  # (b, 1, i, j): i - j
+    keep = (rel >= 0) & (rel < window)
+    scores = rq @ rk.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    return torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1) @ v
+
+
+@exercise("ex-sinks-window", chapter=CHAPTER, stub=WINDOW_STUB)
+def _(answer):
+    expect(
+        isinstance(answer, type) and issubclass(answer, pl.Rotary),
+        "`SlidingRotary` should be a class, a subclass of pl.Rotary (it keeps the "
+        "rotation)",
+    )
+    gen = torch.Generator().manual_seed(0)
+    for b, n, w in ((1, 9, 3), (2, 12, 5)):
+        pe = call(answer, 8, w, desc=f"SlidingRotary(8, {w})")
+        q, k, v = (
+            torch.randn(b, 2, n, 8, generator=gen, dtype=torch.float64)
+            for _ in range(3)
+        )
+        pos = torch.stack(
+            [torch.randperm(3 * n, generator=gen)[:n].sort().values for _ in range(b)]
+        )
+        desc = f"window {w}, positions {pos[0].tolist()}"
+        got = call(pl.attention, q, k, v, pe, pos, pos, causal=True, desc=desc)
+        want = _reference(q, k, v, pos, w)
+        for wrong, says in (
+            (_reference(q, k, v, pos, w + 1), f"{w + 1} keys, one too many"),
+            (_reference(q, k, v, pos, w - 1), f"{w - 1} keys, one too few"),
+        ):
+            if torch.allclose(got, wrong, atol=1e-8) and not torch.allclose(
+                got, want, atol=1e-8
+            ):
+                raise Wrong(f"on {desc}, a query sees {says}")
+        by_index = _idx_window(q, k, v, pos, w)
+        if torch.allclose(got, by_index, atol=1e-8) and not torch.allclose(
+            got, want, atol=1e-8
+        ):
+            raise Wrong(
+                f"on {desc}, your window counts tokens, not positions: use q_pos "
+                "and k_pos"
+            )
+        expect_close(got, want, desc=desc, what="pl.attention with your encoding")
+    return (
+        "`pl.attention` with SlidingRotary equals RoPE with a band of `window` keys "
+        "(offsets 0 .. window - 1) for windows 3 and 5, positions with gaps."
+    )
+
+
+def _idx_window(q, k, v, pos, window):
+    """RoPE by positions, but the band by token index."""
+    rq, rk = pl.Rotary(q.shape[-1]).transform_qk(q, k, pos, pos)
+    i = torch.arange(q.shape[-2])
+    rel = i[:, None] - i[None, :]
+    keep = (rel >= 0) & (rel < window)
+    scores = rq @ rk.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    return torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1) @ v
+
+
+class _OneTooMany(pl.Rotary):
+    def __init__(self, d_head, window, base=10000.0, **kw):
+        super().__init__(d_head, base, **kw)
+        self.window = window
+
+    def score_bias(self, q, k, q_pos, k_pos):
+        rel = q_pos[:, None, :, None] - k_pos[:, None, None, :]
+        zero = torch.zeros((), dtype=q.dtype)
+        return zero.masked_fill(rel > self.window, float("-inf"))
+
+
+class _Indices(_OneTooMany):
+    def score_bias(self, q, k, q_pos, k_pos):
+        i = torch.arange(q.shape[-2])
+        rel = i[:, None] - i[None, :]
+        zero = torch.zeros((), dtype=q.dtype)
+        return zero.masked_fill(rel >= self.window, float("-inf"))
+
+
+class _Chunks(pl.ChunkedRotary):
+    def __init__(self, d_head, window, base=10000.0, **kw):
+        super().__init__(d_head, window, base, **kw)
+
+
+class _NoRotation(pl.PositionalEncoding):
+    def __init__(self, d_head, window):
+        super().__init__()
+
+
+plant("ex-sinks-window", _OneTooMany, says="one too many")
+plant("ex-sinks-window", _Indices, says="counts tokens, not positions")
+plant("ex-sinks-window", _Chunks, says="differs at entry")
+plant("ex-sinks-window", _NoRotation, says="subclass of pl.Rotary")
+
+# ---------------------------------------------------------------- ex-sinks-temperature
+
+TEMPERATURE_STUB = """\
+# the factor TemperedNoPE(floor_scale=L) multiplies the query by at the last
+# position of the retrieval test at 16 L (L = 16)
+factor_last = ...  # your answer
+"""
+
+
+@exercise("ex-sinks-temperature", chapter=CHAPTER, stub=TEMPERATURE_STUB)
+def _(answer):
+    got = number(answer, "factor_last")
+    L, last = 16, 16 * 16 - 1
+    want = float(pl.llama4_attn_scale(torch.tensor([last]), floor_scale=L)[0])
+    if math.isclose(got, 1 + 0.1 * math.log1p(last // L), rel_tol=1e-4):
+        raise Wrong(
+            f"`factor_last` is {got:.4g}: the step counts floor((p + 1) / L), so the "
+            f"last position {last} has made {(last + 1) // L} steps"
+        )
+    if math.isclose(got, 1 + 0.1 * math.log10(1 + (last + 1) // L), rel_tol=1e-4):
+        raise Wrong(f"`factor_last` is {got:.4g}: Llama 4 uses the natural logarithm")
+    if math.isclose(got, want - 1, rel_tol=1e-4):
+        raise Wrong(f"`factor_last` is {got:.4g}: the factor is 1 plus the increment")
+    expect(math.isclose(got, want, rel_tol=1e-4), f"`factor_last` is {got:.4g}")
+    return (
+        f"{want:.4f} = pl.llama4_attn_scale(255, floor_scale=16), the query scale at "
+        "the last position."
+    )
+
+
+plant("ex-sinks-temperature", 1 + 0.1 * math.log(16), says="made 16 steps")
+plant("ex-sinks-temperature", 1 + 0.1 * math.log10(17), says="natural logarithm")
+plant("ex-sinks-temperature", 0.1 * math.log(17), says="1 plus the increment")
+plant("ex-sinks-temperature", [1.28], says="should be a number")

@@ -1,0 +1,817 @@
+"""Slides for every session of the teaching guide, generated from the chapters so that
+they cannot drift from them (issue 23).
+
+    python -m tools.build.slides                  # decks into _build/html/slides
+    python -m tools.build.slides --out DIR        # elsewhere
+    python -m tools.build.slides --executed DIR   # another build's executed notebooks
+    python -m tools.build.slides --allow-missing  # no executed copy needed
+    python -m tools.build.slides --guide          # (re)write the guide's generated
+                                                  # blocks (book/teaching/guide.md)
+    python -m tools.build.slides --guide --check  # exit 1 when they are out of date
+
+A session is a part of ``_toc.yml``, split where ``PLAN`` starts a session at a later
+chapter of the part (Part III is two sessions); a chapter added to a part joins its
+session by itself. For each chapter of a session the deck has
+
+* a title slide: the chapter's number and title and its learning objectives;
+* its key derivation, in its own words: every display formula with the sentence that
+  introduces it, one slide per section (a chapter's formulas are each checked by the
+  code cells after them; the notes name those cells);
+* its figures: the matplotlib figures of the executed notebook (the experiments'
+  first, at most ``FIGURES`` per chapter), with their numbered captions and alt text
+  (myst-nb's figure metadata);
+* its measured numbers: the sentences that quote glued values, with the values of the
+  build substituted;
+* its errata: every erratum admonition (what ``tools/build/errata_index.py`` lists);
+* speaker notes on every slide naming the chapter's cells (counted from 1, as Jupyter
+  and Colab list them: the Colab install cell is cell 1) and the page on the site.
+
+The MyST of the chapters is rewritten by ``tools/build/colab_edition.py``'s
+``Converter`` (glued values substituted, citations as text, directives as block
+quotes); links point to the site's pages instead of Colab. The slide notebook
+(markdown cells with ``slideshow.slide_type`` metadata) is turned into a reveal.js deck
+by nbconvert's ``SlidesExporter`` with a small template (``slides_template/``) that
+loads reveal.js and MathJax from the deck's own folder, never from a CDN: reveal.js
+5 is the copy bundled in the ``sphinx-revealjs`` wheel (MIT), MathJax 3 the copy of
+``sphinx-mathjax-offline`` (Apache-2.0) that the site already serves. The folder
+(decks, reveal.js, MathJax), with the slide notebooks, is also zipped
+(``posenc-slides.zip``): it works opened from disk, with no network.
+
+``tools/build/site.py`` runs this after the site build, writing straight into
+``_build/html/slides``: the decks need the executed notebooks, which exist only once
+Sphinx has run, and Sphinx copies ``html_extra_path`` before that is over (a deck
+made there would reach the site one build late). What goes on a slide is chosen here,
+by hand-written rules (no maintained tool makes slides from MyST chapters); the
+rendering is nbconvert's and reveal.js's.
+
+The guide's per-session facts (reading time, run time, slides, demo cells, exercises,
+the self-checking ones) are generated into book/teaching/guide.md between markers,
+with the ``generated_page`` pattern; tests/test_slides.py checks them and the decks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import re
+import shutil
+import sys
+import zipfile
+
+from tools import RESULTS
+from tools.build import colab_edition, errata_index, generated_page
+from tools.build.course_index import chapter_info, first_sentence, numbered_chapters
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+OUT = ROOT / "_build" / "html" / "slides"
+GUIDE = ROOT / "book" / "teaching" / "guide.md"
+TEMPLATE = pathlib.Path(__file__).with_name("slides_template")
+ZIP = "posenc-slides.zip"
+FIGURES = 4  # figures per chapter at most
+NUMBERS = 6  # sentences of measured numbers per chapter at most
+FORMULAS = 3  # display formulas per slide at most
+WORDS_PER_MINUTE = 150  # technical prose, read with its formulas
+DISPLAY = re.compile(
+    r"^\$\$(?P<tex>.+?)\$\$[ \t]*(?:\([\w:.-]+\))?[ \t]*$", re.M | re.S
+)
+MATH_DIRECTIVE = re.compile(
+    r"^(?P<fence>`{3,}|:{3,})\{math\}[^\n]*\n(?P<body>.*?)^(?P=fence)[ \t]*$",
+    re.M | re.S,
+)
+HEADING = re.compile(r"^(#{1,3})\s+(.+?)\s*$", re.M)
+SOLUTION = re.compile(
+    r"^(?P<fence>`{3,}|:{3,})\{solution\}.*?^(?P=fence)[ \t]*$", re.M | re.S
+)
+GLUE_ROLE = re.compile(r"\{glue(?::\w+)?\}`")
+
+
+@dataclasses.dataclass
+class Plan:
+    """What the guide says about a session: its title, the sections to demonstrate
+    live (chapter, the start of a section heading), and the exercises to set
+    (chapter, the exercise's rank in the chapter)."""
+
+    title: str
+    demos: list[tuple[str, str]]
+    exercises: list[tuple[str, int]]
+
+
+P = "book/part"
+# Keyed by the session's first chapter. The prose of each session is in the guide.
+PLAN = {
+    f"{P}0/tensors_embeddings": Plan(
+        "Attention has no idea where tokens are",
+        [(f"{P}0/self_attention", "Attention cannot see order"),
+         (f"{P}0/self_attention", "Experiment: who came first?")],
+        [(f"{P}0/self_attention", 1), (f"{P}0/self_attention", 2)],
+    ),
+    f"{P}1/four_term_expansion": Plan(
+        "The absolute era",
+        [(f"{P}1/four_term_expansion", "The lens for the rest of the course"),
+         (f"{P}1/learned_axial", "Experiment: trained short, evaluated long")],
+        [(f"{P}1/sinusoidal", 1), (f"{P}1/four_term_expansion", 2)],
+    ),
+    f"{P}2/shaw": Plan(
+        "The relative era",
+        [(f"{P}2/relative_vs_absolute", "The task"),
+         (f"{P}2/relative_vs_absolute", "Reading the results")],
+        [(f"{P}2/t5", 1), (f"{P}2/shaw", 2)],
+    ),
+    f"{P}3/context_length": Plan(
+        "Rotations and long contexts",
+        [(f"{P}3/rope", "Scores depend on $m - n$ only"),
+         (f"{P}3/extending_rope", "Experiment: a small model")],
+        [(f"{P}3/rope", 1), (f"{P}3/rope", 3)],
+    ),
+    f"{P}3/alibi": Plan(
+        "Biases, no encoding at all, and a lab",
+        [(f"{P}3/extrapolation_lab", "The protocol"),
+         (f"{P}3/extrapolation_lab", "Reading the results")],
+        [(f"{P}3/alibi", 1), (f"{P}3/nope", 2)],
+    ),
+    f"{P}4/cope": Plan(
+        "Beyond positional encoding",
+        [(f"{P}4/cope", "Experiment: counting what matters"),
+         (f"{P}4/forgetting_transformer", "Experiment: what the gates learn")],
+        [(f"{P}4/cope", 1), (f"{P}4/stick_breaking", 2)],
+    ),
+    f"{P}5/vision": Plan(
+        "Images, video, audio, graphs and space",
+        [(f"{P}5/video_audio", "Position ids for text, images and video"),
+         (f"{P}5/graphs_space", "Experiment: a transformer that must know")],
+        [(f"{P}5/vision", 1), (f"{P}5/learned_rotations", 1),
+         (f"{P}5/video_audio", 1), (f"{P}5/graphs_space", 1)],
+    ),
+    f"{P}6/toolkit": Plan(
+        "Synthesis",
+        [(f"{P}6/toolkit", "The four-term table, complete"),
+         (f"{P}6/comparison", "Extrapolation: a fresh run of the lab")],
+        [(f"{P}6/comparison", 1), (f"{P}6/cost", 1)],
+    ),
+    f"{P}7/rope_deployed": Plan(
+        "Position in today's models (2024–2026)",
+        [(f"{P}7/rope_in_code", "Two layouts, one rotation"),
+         (f"{P}7/nope_sinks", "Experiment: all-RoPE, all-NoPE and hybrids"),
+         (f"{P}7/future", "Attention that fades with length"),
+         (f"{P}7/future", "Past the training length without training")],
+        [(f"{P}7/future", 2), (f"{P}7/future", 3), (f"{P}7/future", 4)],
+    ),
+}  # fmt: skip
+
+
+@dataclasses.dataclass
+class Session:
+    number: int
+    title: str
+    part: str
+    chapters: list[str]  # entries, book/part3/alibi
+    plan: Plan | None
+
+    @property
+    def slug(self) -> str:
+        return f"session-{self.number}"
+
+
+def sessions() -> list[Session]:
+    """The course's sessions: the numbered parts of _toc.yml, split where ``PLAN``
+    starts a session."""
+    out: list[Session] = []
+    part = None
+    for caption, entry in numbered_chapters():
+        if caption != part or entry in PLAN:
+            plan = PLAN.get(entry)
+            title = plan.title if plan else caption.split("—", 1)[-1].strip()
+            out.append(Session(len(out) + 1, title, caption, [], plan))
+            part = caption
+        out[-1].chapters.append(entry)
+    return out
+
+
+def chapter_numbers() -> dict[str, int]:
+    return {entry: k for k, (_, entry) in enumerate(numbered_chapters(), start=1)}
+
+
+# ---- reading a chapter --------------------------------------------------------------
+
+
+def _cells(entry: str) -> list[dict]:
+    return json.loads((ROOT / f"{entry}.ipynb").read_text())["cells"]
+
+
+def word_count(entry: str) -> int:
+    """Words of the chapter's prose (markdown cells), formulas, code blocks,
+    directive options and the exercises' solutions (cells tagged ``solution``,
+    ``{solution}`` blocks) left out."""
+    words = 0
+    for cell in _cells(entry):
+        if cell["cell_type"] != "markdown":
+            continue
+        if "solution" in cell.get("metadata", {}).get("tags", []):
+            continue
+        text = "".join(cell["source"])
+        text = SOLUTION.sub(" ", text)
+        text = DISPLAY.sub(" ", colab_edition.CODE_FENCE.sub(" ", text))
+        text = re.sub(r"^:[\w-]+:.*$|^(`{3,}|:{3,}).*$", " ", text, flags=re.M)
+        words += len(re.findall(r"[A-Za-z0-9][\w'’.-]*", text))
+    return words
+
+
+def sections(entry: str) -> list[dict]:
+    """The chapter's sections in order: heading, its cells (0-based indices)."""
+    out = [dict(heading="", level=1, cells=[])]
+    for index, cell in enumerate(_cells(entry)):
+        text = "".join(cell["source"]) if cell["cell_type"] == "markdown" else ""
+        heads = [m for m in HEADING.finditer(text) if len(m.group(1)) > 1]
+        for m in heads:  # a cell that opens two sections belongs to both
+            out.append(dict(heading=m.group(2), level=len(m.group(1)), cells=[index]))
+        if not heads:
+            out[-1]["cells"].append(index)
+    return out
+
+
+def section_of(entry: str, index: int) -> str:
+    heading = ""
+    for s in sections(entry):
+        if index in s["cells"]:
+            heading = s["heading"]
+    return heading
+
+
+def find_section(entry: str, start: str) -> dict:
+    """The section of ``entry`` whose heading starts with ``start``."""
+    for s in sections(entry):
+        if s["heading"].startswith(start):
+            return s
+    raise LookupError(f"{entry} has no section whose heading starts with {start!r}")
+
+
+def cell_range(indices: list[int]) -> str:
+    first, last = indices[0] + 1, indices[-1] + 1
+    return f"cell {first}" if first == last else f"cells {first}–{last}"
+
+
+def page_url(entry: str, depth: int = 1) -> str:
+    """The chapter's page on the site, relative to a deck (``slides/x.html``)."""
+    return "../" * depth + f"{entry}.html"
+
+
+class SlideConverter(colab_edition.Converter):
+    """The Colab edition's rewriting of MyST, with links to the site's pages (the
+    decks are served from the site) instead of Colab and absolute addresses."""
+
+    def site_link(self, role: str, text: str) -> str:
+        m = re.match(r"(?P<title>.*?)\s*<(?P<target>[^>]+)>$", text, re.S)
+        title, target = (m.group("title"), m.group("target")) if m else ("", text)
+        if role == "doc":
+            page = (pathlib.PurePosixPath(self.entry).parent / target).as_posix()
+            while re.search(r"[^/.]+/\.\./", page):
+                page = re.sub(r"[^/.]+/\.\./", "", page, count=1)
+            return f"[{title or target}](../{page.removesuffix('.md')}.html)"
+        return f"[{title or target}](../{self.entry}.html#{target})"
+
+    def chapter_link(self, m: re.Match) -> str:
+        path = (pathlib.PurePosixPath(self.entry).parent / m.group("path")).as_posix()
+        while re.search(r"[^/.]+/\.\./", path):
+            path = re.sub(r"[^/.]+/\.\./", "", path, count=1)
+        return f"](../{path.removesuffix('.ipynb')}.html{m.group('anchor') or ''})"
+
+
+def sentences(paragraph: str) -> list[str]:
+    """The sentences of a markdown paragraph, never cut inside a formula or a role."""
+    text = " ".join(line.strip() for line in paragraph.splitlines()).strip()
+    text = re.sub(r"^[-*] |^\d+\. ", "", text)
+    out, start = [], 0
+    for m in re.finditer(r"(?<=[.!?])\s+(?=[A-Z(*])", text):
+        head = text[start : m.start()]
+        if head.count("$") % 2 == 0 and head.count("`") % 2 == 0:
+            out.append(head)
+            start = m.end()
+    out.append(text[start:])
+    return [s for s in out if s]
+
+
+def lead_in(text: str, limit: int = 240) -> str:
+    """The sentence that introduces a display formula: the last sentence of the prose
+    before it (not a heading, a list or a directive), or "" when it is long."""
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+    if not paragraphs or paragraphs[-1].startswith(("#", "|", "-", "*", "`", ":", ">")):
+        return ""
+    last = sentences(paragraphs[-1])[-1]
+    return last if len(last) <= limit and last.count("$") % 2 == 0 else ""
+
+
+def figure_captions(cells: list[dict]) -> dict[int, tuple[int, str, str]]:
+    """cell index -> (the figure's number in the chapter, caption, alt text), from
+    myst-nb's cell metadata (``mystnb.figure.caption``, ``mystnb.image.alt``),
+    numbered in order as the site numbers them (Fig. 14.2)."""
+    out, number = {}, 0
+    for index, cell in enumerate(cells):
+        meta = cell.get("metadata", {}).get("mystnb", {})
+        caption = meta.get("figure", {}).get("caption")
+        if caption:
+            number += 1
+            out[index] = (number, caption, meta.get("image", {}).get("alt", ""))
+    return out
+
+
+def _checks(cells: list[dict], index: int) -> list[int]:
+    """The code cells after markdown cell ``index``, up to the next heading, that
+    assert something (they check the formula)."""
+    out = []
+    for k in range(index + 1, len(cells)):
+        cell = cells[k]
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            if HEADING.search(text):
+                break
+            continue
+        if re.search(r"assert|sympy|sp\.|\.check", text):
+            out.append(k)
+    return out
+
+
+def chapter_slides(entry: str, number: int, executed, bib, allow_missing) -> dict:
+    """The slides of one chapter: a list of (kind, markdown, notes) and counts."""
+    cells = _cells(entry)
+    info = chapter_info(entry)
+    conv = SlideConverter(entry, number, colab_edition.glued_outputs(
+        entry, executed, use_cache=executed is None), bib, allow_missing)  # fmt: skip
+    url = page_url(entry)
+    where = f"[Chapter {number}, {info['title']}]({url})"
+    slides = []
+    objectives = "\n".join(f"1. {conv.inline(o)}" for o in info["objectives"])
+    slides.append(
+        (
+            "slide",
+            f"## {number}. {conv.inline(info['title'])}\n\n"
+            + (f"**Learning objectives**\n\n{objectives}\n" if objectives else ""),
+            f"{where}: {len(cells)} cells, about {word_count(entry)} words. "
+            f"Exercises: {len(info['exercises'])} (Exercise {number}.1 to "
+            f"{number}.{len(info['exercises'])}).",
+        )
+    )
+    # formulas, one slide per section
+    by_section: dict[str, list[tuple[int, str, str]]] = {}
+    for index, cell in enumerate(cells):
+        if cell["cell_type"] != "markdown":
+            continue
+        text = "".join(cell["source"])
+        found = [(m, m.group("tex")) for m in DISPLAY.finditer(text)]
+        found += [(m, m.group("body")) for m in MATH_DIRECTIVE.finditer(text)]
+        previous = 0
+        for m, tex in sorted(found, key=lambda f: f[0].start()):
+            lead = lead_in(text[previous : m.start()])
+            previous = m.end()
+            by_section.setdefault(section_of(entry, index), []).append(
+                (index, tex.strip(), lead)
+            )
+    for heading, items in by_section.items():
+        for start in range(0, len(items), FORMULAS):
+            chunk = items[start : start + FORMULAS]
+            body = "\n\n".join(
+                (f"{conv.markdown(lead)}\n\n" if lead else "")
+                + f"$$\n{conv.inline(tex)}\n$$"
+                for _, tex, lead in chunk
+            )
+            notes = []
+            for index in dict.fromkeys(i for i, _, _ in chunk):
+                checks = _checks(cells, index)
+                notes.append(
+                    f"cell {index + 1}"
+                    + (
+                        ", checked by " + ", ".join(f"cell {k + 1}" for k in checks)
+                        if checks
+                        else ""
+                    )
+                )
+            slides.append(
+                (
+                    "subslide",
+                    f"### {conv.inline(heading or info['title'])}\n\n{body}\n",
+                    f"{where}, section «{heading}»: the formulas of "
+                    + "; ".join(notes)
+                    + ". The chapter derives each; the cells named check it in code.",
+                )
+            )
+    # figures: the experiments' first
+    figures = []
+    for index, cell in enumerate(cells_executed(entry, executed)):
+        for out in cell.get("outputs", []):
+            png = out.get("data", {}).get("image/png")
+            if png:
+                figures.append((index, png.strip() if isinstance(png, str) else png))
+    experiments = [f for f in figures if section_of(entry, f[0]).startswith("Exper")]
+    chosen = (experiments + [f for f in figures if f not in experiments])[:FIGURES]
+    captions = figure_captions(cells)
+    for index, png in sorted(chosen, key=lambda f: f[0]):
+        heading = section_of(entry, index)
+        png = "".join(png) if isinstance(png, list) else png
+        figure, caption, alt = captions.get(index, (None, "", ""))
+        alt = re.sub(r"[\[\]\n]", " ", alt or f"figure of {entry}, cell {index + 1}")
+        below = (
+            f"\n**Figure {number}.{figure}.** {conv.inline(caption)}\n"
+            if figure
+            else ""
+        )
+        slides.append(
+            (
+                "subslide",
+                f"### {conv.inline(heading or info['title'])}\n\n"
+                f"![{alt}](data:image/png;base64,{png})\n" + below,
+                f"{where}, section «{heading}»: the figure of cell {index + 1}, as "
+                "this build ran it. Demo: run that cell live and change its "
+                "parameters.",
+            )
+        )
+    # measured numbers: the sentences that quote glued values
+    quoted = []
+    for index, cell in enumerate(cells):
+        if cell["cell_type"] != "markdown":
+            continue
+        text = colab_edition.DIRECTIVE.sub("", "".join(cell["source"]))
+        for para in re.split(r"\n\s*\n", text):
+            if para.lstrip().startswith(("|", "#")):
+                continue  # a table or a heading
+            quoted += [(index, s) for s in sentences(para) if GLUE_ROLE.search(s)]
+    for start in range(0, min(len(quoted), NUMBERS), NUMBERS // 2):
+        chunk = quoted[start : min(start + NUMBERS // 2, NUMBERS)]
+        body = "\n".join(f"- {conv.markdown(s)}" for _, s in chunk)
+        slides.append(
+            (
+                "subslide",
+                f"### Measured: {conv.inline(info['title'])}\n\n{body}\n",
+                f"{where}: the numbers of "
+                + ", ".join(f"cell {i + 1}" for i, _ in chunk)
+                + ", glued from this build's run of the notebook (the seed sweeps "
+                "in tools/results/sweeps say how often each claim holds).",
+            )
+        )
+    # errata
+    for index, cell in enumerate(cells):
+        if cell["cell_type"] != "markdown":
+            continue
+        text = "".join(cell["source"])
+        for m in errata_index.ADMONITION.finditer(text):
+            slides.append(
+                (
+                    "subslide",
+                    conv.markdown(m.group(0)) + "\n",
+                    f"{where}, cell {index + 1} (section «{section_of(entry, index)}»):"
+                    " the erratum and its check, listed in the errata index.",
+                )
+            )
+    return dict(
+        slides=slides,
+        figures=len(chosen),
+        substituted=conv.substituted,
+        missing=sorted(set(conv.missing)),
+        title=info["title"],
+    )
+
+
+_EXECUTED: dict = {}
+
+
+def cells_executed(entry: str, executed) -> list[dict]:
+    """The executed notebook's cells (outputs), from the build or the cache."""
+    key = (entry, str(executed))
+    if key not in _EXECUTED:
+        import nbformat
+
+        nb = None
+        if executed is not None and (executed / f"{entry}.ipynb").exists():
+            nb = nbformat.read(executed / f"{entry}.ipynb", as_version=4)
+        elif executed is None and colab_edition.CACHE.exists():
+            nb = colab_edition._from_cache(ROOT / f"{entry}.ipynb")
+        _EXECUTED[key] = nb.cells if nb is not None else []
+    return _EXECUTED[key]
+
+
+# ---- the deck -----------------------------------------------------------------------
+
+
+def _cell(source: str, slide_type: str) -> dict:
+    return {
+        "cell_type": "markdown",
+        "metadata": {"slideshow": {"slide_type": slide_type}},
+        "source": source,
+    }
+
+
+def reading_minutes(session: Session) -> int:
+    return round(sum(word_count(e) for e in session.chapters) / WORDS_PER_MINUTE)
+
+
+def run_seconds(session: Session) -> tuple[float, list[str]]:
+    cpu = json.loads((RESULTS / "timings" / "cpu.json").read_text())["seconds"]
+    return (
+        sum(cpu.get(e, 0.0) for e in session.chapters),
+        [e for e in session.chapters if e not in cpu],
+    )
+
+
+def deck_notebook(session: Session, executed, bib, allow_missing) -> tuple[dict, dict]:
+    numbers = chapter_numbers()
+    cells = []
+    stats = dict(chapters={}, figures=0, substituted=0, missing={})
+    titles = []
+    for entry in session.chapters:
+        ch = chapter_slides(entry, numbers[entry], executed, bib, allow_missing)
+        titles.append(f"Chapter {numbers[entry]}: [{ch['title']}]({page_url(entry)})")
+        stats["chapters"][entry] = ch["title"]
+        stats["figures"] += ch["figures"]
+        stats["substituted"] += ch["substituted"]
+        if ch["missing"]:
+            stats["missing"][entry] = ch["missing"]
+        for kind, source, notes in ch["slides"]:
+            cells.append(_cell(source, kind))
+            cells.append(_cell(notes, "notes"))
+    seconds, _ = run_seconds(session)
+    intro = (
+        f"# Session {session.number}: {session.title}\n\n"
+        f"*{session.part}*\n\n"
+        + "\n".join(f"- {t}" for t in titles)
+        + f"\n\nReading: about {reading_minutes(session)} minutes. "
+        f"The notebooks run in {seconds:.0f} s on a laptop CPU.\n"
+    )
+    head = [
+        _cell(intro, "slide"),
+        _cell(
+            "Generated by tools/build/slides.py from the chapters and this build's "
+            "executed notebooks: every number is the one the site shows. Press S for "
+            "this speaker view; arrows: right for the next chapter, down for its "
+            "slides. The teaching guide has the class plan.",
+            "notes",
+        ),
+    ]
+    nb = {
+        "cells": head + cells,
+        "metadata": {
+            "title": f"Session {session.number}: {session.title}",
+            "kernelspec": {"name": "python3", "display_name": "Python 3"},
+            "language_info": {"name": "python"},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    return nb, stats
+
+
+def export(nb: dict) -> str:
+    """The reveal.js deck of a slide notebook (nbconvert's SlidesExporter)."""
+    import nbformat
+    from nbconvert import SlidesExporter
+
+    exporter = SlidesExporter(
+        template_file="posenc_deck.html.j2",
+        extra_template_basedirs=[str(TEMPLATE.parent)],
+        extra_template_paths=[str(TEMPLATE)],
+        reveal_url_prefix="reveal.js",
+        reveal_theme="white",
+        reveal_transition="none",
+        reveal_number="c/t",
+        reveal_width="1280",
+        reveal_height="800",
+        exclude_input_prompt=True,
+    )
+    node = nbformat.from_dict(nb)
+    for k, cell in enumerate(node.cells):
+        cell.setdefault("id", f"c{k}")
+    body, _ = exporter.from_notebook_node(node, resources={"metadata": {"name": ""}})
+    return body
+
+
+def copy_assets(out: pathlib.Path) -> None:
+    """reveal.js (from the sphinx-revealjs wheel) and MathJax (from
+    sphinx-mathjax-offline) into ``out``: the decks load nothing from the network."""
+    import importlib.util
+
+    reveal = pathlib.Path(importlib.util.find_spec("sphinx_revealjs").origin).parent
+    reveal = reveal / "_static" / "revealjs"
+    mathjax = pathlib.Path(
+        importlib.util.find_spec("sphinx-mathjax-offline").origin
+    ).parent
+    mathjax = mathjax / "static" / "mathjax"
+    wanted = {
+        reveal / "LICENSE": "reveal.js/LICENSE",
+        reveal / "dist" / "reveal.js": "reveal.js/dist/reveal.js",
+        reveal / "dist" / "reveal.css": "reveal.js/dist/reveal.css",
+        reveal / "dist" / "reset.css": "reveal.js/dist/reset.css",
+        reveal / "dist" / "theme" / "white.css": "reveal.js/dist/theme/white.css",
+        reveal / "plugin" / "notes" / "notes.js": "reveal.js/plugin/notes/notes.js",
+        mathjax / "tex-chtml-full.js": "mathjax/tex-chtml-full.js",
+    }
+    for src, dst in wanted.items():
+        (out / dst).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, out / dst)
+    for tree, dst in [
+        (reveal / "dist" / "theme" / "fonts" / "source-sans-pro", "reveal.js/dist/"
+         "theme/fonts/source-sans-pro"),
+        (mathjax / "output" / "chtml" / "fonts" / "woff-v2", "mathjax/output/chtml/"
+         "fonts/woff-v2"),
+    ]:  # fmt: skip
+        shutil.copytree(tree, out / dst, dirs_exist_ok=True)
+
+
+README = """# Positional Encoding — slides for the nine sessions
+
+One reveal.js deck per session of the teaching guide, generated from the chapters and
+the executed notebooks of the build the site was made from. Open session-N.html in a
+browser (no network needed: reveal.js and MathJax are in this folder). Keys: arrows to
+move (right: next chapter, down: its slides), S for the speaker notes (they name the
+chapter's cells), F for full screen, Esc for an overview.
+
+session-N.ipynb is the slide notebook the deck was made from (markdown cells with
+slide_type metadata): edit it and run
+`jupyter nbconvert --to slides session-N.ipynb` to make your own deck (nbconvert's
+own template loads reveal.js and MathJax from the network).
+
+reveal.js {reveal} (MIT license, reveal.js/LICENSE) comes from the sphinx-revealjs
+wheel; MathJax (Apache-2.0) from the sphinx-mathjax-offline wheel.
+"""
+
+
+def reveal_version() -> str:
+    import importlib.util
+
+    path = pathlib.Path(importlib.util.find_spec("sphinx_revealjs").origin).parent
+    head = (path / "_static" / "revealjs" / "dist" / "reveal.js").read_text()[:200]
+    m = re.search(r"reveal\.js (\d+\.\d+\.\d+)", head)
+    return m.group(1) if m else "?"
+
+
+def build(
+    out: pathlib.Path = OUT,
+    executed: pathlib.Path | None = colab_edition.EXECUTED,
+    allow_missing: bool = False,
+    log=print,
+) -> dict[str, dict]:
+    """Write every session's deck to ``out`` with the assets, and the zip (decks,
+    assets and the slide notebooks); return each deck's stats."""
+    bib = colab_edition.load_bib()
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    copy_assets(out)
+    done, missing, notebooks = {}, {}, {}
+    for session in sessions():
+        nb, stats = deck_notebook(session, executed, bib, allow_missing)
+        html = export(nb)
+        (out / f"{session.slug}.html").write_text(html)
+        notebooks[f"{session.slug}.ipynb"] = (
+            json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+        )
+        stats["slides"] = sum(
+            c["metadata"]["slideshow"]["slide_type"] in ("slide", "subslide")
+            for c in nb["cells"]
+        )
+        stats["bytes"] = len(html.encode())
+        missing.update(stats["missing"])
+        done[session.slug] = stats
+        log(
+            f"slides/{session.slug}.html: {len(session.chapters)} chapters, "
+            f"{stats['slides']} slides, {stats['figures']} figures, "
+            f"{stats['substituted']} glued values, {stats['bytes'] / 1e6:.1f} MB"
+        )
+    if missing and not allow_missing:
+        raise SystemExit(
+            "the decks need the executed notebooks (build the site first, or "
+            "--executed DIR, or --allow-missing); missing glued values:\n"
+            + "\n".join(f"  {e}: {', '.join(v)}" for e, v in missing.items())
+        )
+    (out / "README.md").write_text(README.format(reveal=reveal_version()))
+    with zipfile.ZipFile(out / ZIP, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(out.rglob("*")):
+            if path.is_file() and path.name != ZIP:
+                archive.write(path, f"posenc-slides/{path.relative_to(out)}")
+        for name, text in notebooks.items():  # in the zip only: the site has the decks
+            archive.writestr(f"posenc-slides/{name}", text)
+    log(f"slides/{ZIP}: {(out / ZIP).stat().st_size / 1e6:.1f} MB")
+    return done
+
+
+# ---- the guide's generated blocks ---------------------------------------------------
+
+BLOCK = re.compile(
+    r"(?P<open><!-- session (?P<n>\d+): generated by tools/build/slides.py[^\n]*-->\n)"
+    r".*?(?P<close><!-- end of session (?P=n) -->)",
+    re.S,
+)
+
+
+CHECK_CALL = re.compile(r"exercises\.check\(\s*[\"'](ex-[\w-]+)[\"']")
+
+
+def self_checking(entry: str) -> list[int]:
+    """The ranks of the chapter's exercises whose answer cell is followed by a
+    ``pl.exercises.check("ex-label", answer)`` cell (the student edition keeps it)."""
+    from tools.build.course_index import EXERCISE
+
+    labels, checked = [], set()
+    for cell in _cells(entry):
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            for m in EXERCISE.finditer(text):
+                label = re.search(r"^:label:\s*(\S+)", m.group("body"), re.M)
+                labels.append(label.group(1) if label else None)
+        else:
+            checked.update(CHECK_CALL.findall(text))
+    return [k for k, label in enumerate(labels, start=1) if label in checked]
+
+
+def session_facts(session: Session) -> str:
+    """The generated part of a session in the guide."""
+    numbers = chapter_numbers()
+    seconds, unmeasured = run_seconds(session)
+    words = sum(word_count(e) for e in session.chapters)
+    lines = [
+        f"- **Reading**: about {reading_minutes(session)} minutes ({words} words of "
+        f"prose in {len(session.chapters)} chapters, at {WORDS_PER_MINUTE} words "
+        "a minute).",
+        f"- **Run time**: the notebooks take {seconds:.0f} s together on a laptop CPU"
+        + (f" ({', '.join(unmeasured)} not measured)" if unmeasured else "")
+        + " (tools/results/timings/cpu.json).",
+        f'- **Lecture**: <a href="../../slides/{session.slug}.html">the slides of '
+        f"session {session.number}</a> (press S for the speaker notes, which name "
+        "the chapters' cells).",
+    ]
+    plan = session.plan
+    if plan and plan.demos:
+        demos = []
+        for entry, start in plan.demos:
+            s = find_section(entry, start)
+            title = chapter_info(entry)["title"]
+            demos.append(
+                f"[{title}](../{entry.removeprefix('book/')}.ipynb), section "
+                f"*{s['heading']}* ({cell_range(s['cells'])})"
+            )
+        lines.append("- **Demo**: " + "; then ".join(demos) + ".")
+    if plan and plan.exercises:
+        items = []
+        for entry, k in plan.exercises:
+            exercises = chapter_info(entry)["exercises"]
+            if not 1 <= k <= len(exercises):
+                raise LookupError(f"{entry} has no exercise {k}")
+            items.append(f"*Exercise {numbers[entry]}.{k}* ({exercises[k - 1]})")
+        lines.append("- **Exercises**: " + "; ".join(items))
+    checking = [
+        f"*Exercise {numbers[e]}.{k}*"
+        for e in session.chapters
+        for k in self_checking(e)
+    ]
+    lines.append(
+        "- **Self-checking exercises**: "
+        + (", ".join(checking) if checking else "none yet in these chapters")
+        + "."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def render_guide() -> str:
+    text = GUIDE.read_text()
+    by_number = {s.number: s for s in sessions()}
+    seen = set()
+
+    def fill(m: re.Match) -> str:
+        n = int(m.group("n"))
+        if n not in by_number:
+            raise SystemExit(f"{GUIDE.name} has a block for session {n}, which is none")
+        seen.add(n)
+        return m.group("open") + session_facts(by_number[n]) + m.group("close")
+
+    text = BLOCK.sub(fill, text)
+    if lost := sorted(set(by_number) - seen):
+        raise SystemExit(
+            f"{GUIDE.name} has no generated block for session(s) {lost}: add "
+            "'<!-- session N: generated by tools/build/slides.py, do not edit -->' "
+            "and '<!-- end of session N -->'"
+        )
+    return text
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--executed", help="a build's jupyter_execute folder")
+    parser.add_argument("--allow-missing", action="store_true")
+    parser.add_argument("--guide", action="store_true", help="the guide's blocks")
+    parser.add_argument("--check", action="store_true", help="with --guide")
+    args = parser.parse_args()
+    if args.guide:
+        return generated_page.main(GUIDE, render_guide, "slides --guide")
+    executed = (
+        pathlib.Path(args.executed).resolve()
+        if args.executed
+        else colab_edition.EXECUTED
+    )
+    if not args.executed and not executed.exists():
+        executed = None  # the execution cache
+    build(pathlib.Path(args.out), executed, args.allow_missing)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
