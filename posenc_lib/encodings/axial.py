@@ -55,7 +55,7 @@ class AxialPositionalEncoding(PositionalEncoding):
 
     ``n1`` is the segment length (the fast axis), ``n2`` the number of segments;
     positions must lie in ``[0, n1 * n2)``. The model dimension is ``d1 + d2`` (concat)
-    or ``d1 == d2`` (sum). Tables are initialised from N(0, ``init_std``^2), 1.0 as in
+    or ``d1 == d2`` (sum). Tables are initialised from ``N(0, init_std^2)``, 1.0 as in
     trax and Hugging Face.
     """
 

@@ -72,7 +72,9 @@ def main() -> int:
         flags=re.M,
     )
     # local_extensions are found relative to the config file: point them at the repo
-    text = re.sub(r"^(\s+\w+: )(tools/\S*)$", rf"\g<1>{ROOT}/\2", text, flags=re.M)
+    text = re.sub(
+        r"^(\s+[\w.]+: +)(tools/\S*|\./)(?=\s|$)", rf"\g<1>{ROOT}/\2", text, flags=re.M
+    )
     config.write_text(text)
     cmd = [
         str(pathlib.Path(sys.executable).parent / "jupyter-book"),

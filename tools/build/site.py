@@ -77,7 +77,13 @@ def main() -> int:
     # index and its sessions' facts are collected from the chapters, and
     # the student edition (served from the site, see html_extra_path) from the
     # notebooks.
-    for page in ("errata_index", "course_index", "exercise_numbers", "slides --guide"):
+    for page in (
+        "errata_index",
+        "course_index",
+        "exercise_numbers",
+        "slides --guide",
+        "api_reference",
+    ):
         module, *args = page.split()
         subprocess.run(
             [sys.executable, "-m", f"tools.build.{module}", *args], cwd=ROOT, check=True
