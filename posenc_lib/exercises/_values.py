@@ -17,6 +17,15 @@ import torch
 from posenc_lib.exercises import Wrong
 
 
+def as_float(got: Any, desc: str) -> float:
+    """``float(got)`` (a number, a one-element tensor or array), or Wrong: "on
+    {desc}, expected a number, got list"."""
+    try:
+        return float(got)
+    except (TypeError, ValueError):
+        raise Wrong(f"on {desc}, expected a number, got {type(got).__name__}") from None
+
+
 def number(value: Any, name: str) -> float:
     """``value`` as a float, or Wrong naming ``name`` and what it got."""
     if isinstance(value, torch.Tensor) and value.numel() == 1:

@@ -8,6 +8,7 @@ import torch
 
 import posenc_lib as pl
 from posenc_lib.exercises import Wrong, call, exercise, expect, expect_close, plant
+from posenc_lib.exercises._values import as_float
 
 SLOPES_STUB = '''\
 def slopes_by_hand(n_heads):
@@ -110,12 +111,7 @@ def _(answer):
     for m in SLOPES:
         desc = f"slope m = {m:g}"
         got = call(answer, m, desc=desc)
-        try:
-            got = float(got)
-        except (TypeError, ValueError):
-            raise Wrong(
-                f"on {desc}, expected a number, got {type(got).__name__}"
-            ) from None
+        got = as_float(got, desc)
         want = math.log(2) / m
         if abs(got - want) <= 1.0:  # the real K or the whole number of keys
             continue

@@ -8,6 +8,7 @@ import torch
 
 import posenc_lib as pl
 from posenc_lib.exercises import Wrong, call, exercise, expect_close, plant
+from posenc_lib.exercises._values import as_float
 
 COVER_STUB = '''\
 def smallest_full_turn(d_head, base):
@@ -118,12 +119,7 @@ def _(answer):
         desc = f"L = {L}, N = {N}, loss_first = {first:.4f}, loss_past = {past:.4f}"
         got = call(answer, L, N, first, past, desc=desc)
         want = float(losses.mean())
-        try:
-            value = float(got)
-        except (TypeError, ValueError):
-            raise Wrong(
-                f"on {desc}, expected a number, got {type(got).__name__}"
-            ) from None
+        value = as_float(got, desc)
         if math.isclose(value, (first + past) / 2, rel_tol=1e-9):
             raise Wrong(
                 f"on {desc}, your answer is the plain mean of the two parts; they "

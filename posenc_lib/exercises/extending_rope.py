@@ -8,6 +8,7 @@ import torch
 
 import posenc_lib as pl
 from posenc_lib.exercises import Wrong, call, exercise, expect, expect_close, plant
+from posenc_lib.exercises._values import as_float
 
 NTK_STUB = '''\
 def ntk_base(base, s, d):
@@ -23,12 +24,7 @@ def _(answer):
     for base, s, d in NTK_CASES:
         desc = f"base {base:g}, s = {s:g}, d = {d}"
         got = call(answer, base, s, d, desc=desc)
-        try:
-            new_base = float(got)
-        except (TypeError, ValueError):
-            raise Wrong(
-                f"on {desc}, expected a number, got {type(got).__name__}"
-            ) from None
+        new_base = as_float(got, desc)
         expect(
             math.isfinite(new_base) and new_base > 1,
             f"on {desc}, your base is {new_base:g}: a RoPE base must be > 1",

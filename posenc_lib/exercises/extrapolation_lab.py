@@ -8,6 +8,7 @@ import torch
 
 import posenc_lib as pl
 from posenc_lib.exercises import Wrong, call, exercise, expect, expect_close, plant
+from posenc_lib.exercises._values import as_float
 
 NEW_STUB = '''\
 def make_alibi_half(*, d_model, n_heads, max_len):
@@ -114,12 +115,7 @@ def _(answer):
         want = float(after.mean() - before.mean())
         desc = f"rise_past = {rise:.4f}, L = {L}, n = {n}"
         got = call(answer, rise, L, n, desc=desc)
-        try:
-            value = float(got)
-        except (TypeError, ValueError):
-            raise Wrong(
-                f"on {desc}, expected a number, got {type(got).__name__}"
-            ) from None
+        value = as_float(got, desc)
         if math.isclose(value, rise * L / n, rel_tol=1e-9) and L * 2 != n:
             raise Wrong(
                 f"on {desc}, your growth weights the rise by L / n: the rise applies "

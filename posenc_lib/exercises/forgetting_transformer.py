@@ -8,6 +8,7 @@ import torch
 
 import posenc_lib as pl
 from posenc_lib.exercises import Wrong, call, exercise, expect, expect_close, plant
+from posenc_lib.exercises._values import as_float
 
 CHAPTER = "part4/forgetting_transformer"
 
@@ -34,12 +35,7 @@ def _(answer):
     for f in GATES:
         desc = f"gate f = {f:g}"
         got = call(answer, f, desc=desc)
-        try:
-            value = float(got)
-        except (TypeError, ValueError):
-            raise Wrong(
-                f"on {desc}, expected a number, got {type(got).__name__}"
-            ) from None
+        value = as_float(got, desc)
         want = math.log(2) / -math.log(f)
         if math.isclose(value, want, rel_tol=1e-3) or value == math.ceil(want):
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from posenc_lib.exercises import Wrong, call, exercise, expect_close, plant
+from posenc_lib.exercises._values import as_float
 
 BOUND_STUB = '''\
 def constant_bound(N):
@@ -25,12 +26,7 @@ def _(answer):
     for N in NS:
         desc = f"N = {N}"
         got = call(answer, N, desc=desc)
-        try:
-            value = float(got)
-        except (TypeError, ValueError):
-            raise Wrong(
-                f"on {desc}, expected a number, got {type(got).__name__}"
-            ) from None
+        value = as_float(got, desc)
         positions = list(range(1, N))
         want = _mad(positions, range(N))  # the search the chapter prints
         if math.isclose(value, want, rel_tol=1e-9, abs_tol=1e-12):

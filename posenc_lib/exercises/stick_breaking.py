@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 import posenc_lib as pl
 from posenc_lib.exercises import Wrong, call, exercise, expect, expect_close, plant
+from posenc_lib.exercises._values import as_float
 
 CHAPTER = "part4/stick_breaking"
 
@@ -100,12 +101,7 @@ def _(answer):
     for m in SLOPES:
         desc = f"slope m = {m:g}"
         got = call(answer, m, desc=desc)
-        try:
-            z = float(got)
-        except (TypeError, ValueError):
-            raise Wrong(
-                f"on {desc}, expected a number, got {type(got).__name__}"
-            ) from None
+        z = as_float(got, desc)
         want = math.log(math.expm1(m))
         if math.isclose(z, want, rel_tol=1e-6, abs_tol=1e-9):
             continue
