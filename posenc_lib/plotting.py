@@ -132,53 +132,45 @@ def label_points(
     directions = [(1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0), (0, 1), (0, -1)]
     pt_to_px = fig.dpi / 72
     texts = []
+
+    def note(label, x, y, off, leader=False):  # the label, ``off`` points away
+        return ax.annotate(
+            label,
+            (float(x), float(y)),
+            xytext=off,
+            textcoords="offset points",
+            fontsize=fontsize,
+            ha="left" if off[0] > 0 else ("right" if off[0] < 0 else "center"),
+            va="bottom" if off[1] > 0 else ("top" if off[1] < 0 else "center"),
+            arrowprops=(
+                {"arrowstyle": "-", "lw": 0.4, "color": "0.5", "shrinkA": 0}
+                if leader
+                else None
+            ),
+        )
+
+    inside = ax.get_window_extent(renderer)
     for x, y, label in zip(xs, ys, labels):
         placed = None
         for step in range(1, max_steps + 1):
             for dx, dy in directions:
                 off = (dx * 4 * step, dy * 4 * step)  # points
-                ha = "left" if dx > 0 else ("right" if dx < 0 else "center")
-                va = "bottom" if dy > 0 else ("top" if dy < 0 else "center")
-                text = ax.annotate(
-                    label,
-                    (float(x), float(y)),
-                    xytext=off,
-                    textcoords="offset points",
-                    fontsize=fontsize,
-                    ha=ha,
-                    va=va,
-                )
-                box = text.get_window_extent(renderer).padded(1)
-                inside = ax.get_window_extent(renderer)
+                probe = note(label, x, y, off)
+                box = probe.get_window_extent(renderer).padded(1)
+                probe.remove()
                 clear = not any(box.overlaps(b) for b in taken) and (
                     inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1)
                 )
-                text.remove()
                 if clear:
-                    placed = (box, off, ha, va)
+                    placed = (box, off)
                     break
             if placed:
                 break
         if placed is None:
             raise RuntimeError(f"label_points: no free place for the label {label!r}")
-        box, off, ha, va = placed
+        box, off = placed
         far = max(abs(off[0]), abs(off[1])) * pt_to_px > 12
-        texts.append(
-            ax.annotate(
-                label,
-                (float(x), float(y)),
-                xytext=off,
-                textcoords="offset points",
-                fontsize=fontsize,
-                ha=ha,
-                va=va,
-                arrowprops=(
-                    {"arrowstyle": "-", "lw": 0.4, "color": "0.5", "shrinkA": 0}
-                    if far
-                    else None
-                ),
-            )
-        )
+        texts.append(note(label, x, y, off, leader=far))
         taken.append(box)
     return texts
 
