@@ -15,7 +15,9 @@ overrides (``posenc_lib.base.overrides``), the chapter that teaches it (see
 and the papers its docstrings cite. ``tools/build/site.py`` regenerates the page
 before every build and a test checks that the committed one is current.
 
-**The extension** (``setup``; ``local_extensions`` in ``_config.yml``) loads autodoc,
+**The extension** (``setup``; ``local_extensions`` in ``_config.yml``, which imports
+this file as ``api_reference``, so the Sphinx side imports nothing from ``tools``)
+loads autodoc,
 makes references outside ``posenc_lib`` (``torch.Tensor`` in a signature) plain text
 instead of nitpicky warnings (the build is offline: no intersphinx), and links the
 first inline-code mention of a documented name on every page (``pl.apply_rope``,
