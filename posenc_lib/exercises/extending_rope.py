@@ -157,3 +157,101 @@ plant(
     says="your inv_freq differs",
 )
 plant("ex-extrope-llama3", lambda *a: None, says="returned None")
+
+
+# ---- ex-extrope-finetune: the fine-tuned model and its loss -------------------------
+
+FINETUNE_STUB = """\
+# the chapter's model after 50 steps of fine-tuning at length 128 with position
+# interpolation (s = 4), its loss on evals[128], and YaRN's zero-shot loss
+# results["yarn", 128]
+finetuned = {"model": ..., "loss_128": ..., "yarn_128": ...}  # your answer
+"""
+
+_L, _D_HEAD = 32, 16  # the chapter's training length and head size
+
+
+def _evals_128() -> torch.Tensor:
+    """The chapter's ``evals[128]``: 16 sequences of 129 tokens from the same chain."""
+    source = pl.MarkovSource(n_states=8, order=2, seed=0)
+    g = torch.Generator().manual_seed(1000)
+    source.sample(16, 33, g), source.sample(16, 65, g)  # evals[32], evals[64]
+    return source.sample(16, 129, g), source.loss_floor
+
+
+@exercise("ex-extrope-finetune", chapter="part3/extending_rope", stub=FINETUNE_STUB)
+def _(answer):
+    keys = {"model", "loss_128", "yarn_128"}
+    if not isinstance(answer, dict) or not keys <= set(answer):
+        raise Wrong(
+            'finetuned must be a dict with keys "model", "loss_128", "yarn_128"'
+        )
+    model = answer["model"]
+    if not isinstance(model, pl.TinyTransformer):
+        raise Wrong(f"the model is a {type(model).__name__}, not a pl.TinyTransformer")
+    reported = as_float(answer["loss_128"], "the loss at 128")
+    yarn = as_float(answer["yarn_128"], "YaRN's loss at 128")
+    for k, block in enumerate(model.blocks):
+        if block.attn.pe is not model.pe:
+            raise Wrong(
+                f"block {k} attends with another encoding than model.pe: switch the "
+                "encoding of every block (use_encoding does)"
+            )
+    pe = model.pe
+    if not isinstance(pe, pl.Rotary) or pe.scaling != "linear":
+        what = getattr(pe, "scaling", None) or type(pe).__name__
+        raise Wrong(
+            f"the model's encoding is {what}; position interpolation is "
+            "pl.Rotary(d_head, scaling='linear', factor=4.0)"
+        )
+    base = pl.rope_inv_freq(_D_HEAD)[0].to(pe.inv_freq)
+    s = (base[0] / pe.inv_freq[0]).item()
+    if not math.isclose(s, 4.0, rel_tol=1e-6):
+        raise Wrong(f"the model interpolates positions by s = {s:.3g}; 128 / 32 = 4")
+    evals, floor = _evals_128()
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        x = evals.to(device)
+        logits = model(x[:, :-1])
+        got = torch.nn.functional.cross_entropy(logits.transpose(1, 2), x[:, 1:]).item()
+    if abs(got - reported) > 0.03:
+        raise Wrong(
+            f"you report a loss of {reported:.3f} at 128, but the model's loss on the "
+            f"chapter's evals[128] is {got:.3f}: is this the model you fine-tuned?"
+        )
+    if got > floor + 0.4:
+        raise Wrong(
+            f"the model's loss at 128 is {got:.3f}, {got - floor:.2f} above the loss "
+            f"floor {floor:.3f}; in our runs 50 steps of fine-tuning bring it within "
+            "0.16 of the floor (zero-shot PI is 0.7 to 0.9 above): did the fine-tune "
+            "run on batches of length 128?"
+        )
+    than = "below" if got < yarn else "above"
+    return (
+        f"the model interpolates positions by s = 4; after fine-tuning its loss on "
+        f"evals[128] is {got:.3f} (loss floor {floor:.3f}), as you report, {than} "
+        f"YaRN's zero-shot {yarn:.3f} (in our runs, seeds 0-3: 1.30 to 1.31 against "
+        "1.31 to 1.37)."
+    )
+
+
+def _finetune_plant(scaling="linear", factor=4.0, shared=True):
+    torch.manual_seed(0)
+    model = pl.TinyTransformer(
+        8, 64, 4, 2, pe=pl.make_encoding("rope", d_model=64, n_heads=4, max_len=_L)
+    )
+    kw = {"original_max_position_embeddings": _L} if scaling == "yarn" else {}
+    pe = pl.Rotary(_D_HEAD, scaling=scaling, factor=factor, **kw)
+    model.pe = pe
+    if shared:
+        for block in model.blocks:
+            block.attn.pe = pe
+    return {"model": model, "loss_128": 1.30, "yarn_128": 1.36}
+
+
+_FT = "ex-extrope-finetune"
+plant(_FT, _finetune_plant(shared=False), "every block")
+plant(_FT, _finetune_plant(factor=2.0), "s = 2")
+plant(_FT, _finetune_plant(scaling="yarn"), "encoding is yarn")
+plant(_FT, _finetune_plant(), "is this the model")
+plant(_FT, 1.30, "must be a dict")

@@ -138,3 +138,96 @@ plant("ex-lab-mean-vs-past", lambda rise, L, n: rise * L / n, says="L / n")
 plant("ex-lab-mean-vs-past", lambda rise, L, n: rise, says="the rise itself")
 plant("ex-lab-mean-vs-past", lambda rise, L, n: rise / 2, says="the growth is")
 plant("ex-lab-mean-vs-past", lambda rise, L, n: None, says="returned None")
+
+
+# ---- ex-lab-train-len: the reader's lab run at L = 32 -------------------------------
+
+TRAIN_LEN_STUB = """\
+# the lab on the Markov chain for alibi, rope and sinusoidal, trained at L = 32
+lab32 = ...  # your answer: the list of LabResult that lab.run_lab returns
+"""
+
+_NAMES32 = ("alibi", "rope", "sinusoidal")
+
+
+@exercise("ex-lab-train-len", chapter="part3/extrapolation_lab", stub=TRAIN_LEN_STUB)
+def _(answer):
+    from posenc_lib import lab
+
+    if not isinstance(answer, (list, tuple)) or not all(
+        isinstance(r, lab.LabResult) for r in answer
+    ):
+        raise Wrong("lab32 must be the list of LabResult that lab.run_lab returns")
+    runs = {r.encoding: r for r in answer}
+    missing = [n for n in _NAMES32 if n not in runs]
+    if missing:
+        raise Wrong(f"lab32 has no run of {', '.join(missing)}")
+    for name in _NAMES32:
+        r = runs[name]
+        if r.train_len != 32:
+            raise Wrong(
+                f"{name} was trained at L = {r.train_len}; the exercise asks 32"
+            )
+        if tuple(r.lengths) != (32, 64, 128, 256):
+            raise Wrong(
+                f"{name} was evaluated at {r.lengths}; LabConfig(train_len=32) "
+                "evaluates at 32, 64, 128, 256"
+            )
+        values = [r.loss_in, *r.loss_past.values()]
+        if not all(math.isfinite(v) and v > 0 for v in values):
+            raise Wrong(f"{name}'s losses are not all finite and positive: {values}")
+    rise = {n: (runs[n].rise(64), runs[n].rise(256)) for n in _NAMES32}
+    if abs(rise["alibi"][0]) > 0.15:
+        raise Wrong(
+            f"ALiBi's loss rises by {rise['alibi'][0]:+.2f} at 2L = 64; in our runs at "
+            "L = 32 (seeds 0-4) it stays within 0.06 of its loss at L: is this the "
+            "Markov chain of LabConfig's defaults?"
+        )
+    if rise["sinusoidal"][0] < rise["alibi"][0] + 0.2:
+        raise Wrong(
+            f"the sinusoidal encoding rises by only {rise['sinusoidal'][0]:+.2f} at "
+            f"2L (ALiBi {rise['alibi'][0]:+.2f}); in our runs (seeds 0-4) it rises by "
+            "0.52 to 0.68 more: is this the lab's default configuration with L = 32?"
+        )
+    rope = rise["rope"]
+    return (
+        "three runs trained at L = 32 and evaluated at 32 to 256. Past L, ALiBi's loss "
+        f"changes by {rise['alibi'][0]:+.2f} (2L) and {rise['alibi'][1]:+.2f} (8L), "
+        f"the sinusoidal one's by {rise['sinusoidal'][0]:+.2f} and "
+        f"{rise['sinusoidal'][1]:+.2f}, RoPE's by {rope[0]:+.2f} and {rope[1]:+.2f} "
+        "(in our runs at L = 32, seeds 0-4: 0.21 to 0.78 at 2L; compare its rise at "
+        "L = 16 in the chapter's table)."
+    )
+
+
+def _lab_result(name, L=32, rise=0.0):
+    from posenc_lib import lab
+
+    lengths = tuple(f * L for f in (1, 2, 4, 8))
+    past = {n: 0.8 + rise for n in lengths[1:]}
+    return lab.LabResult(
+        name,
+        0,
+        lengths,
+        0.8,
+        past,
+        {n: 0.8 for n in lengths},
+        [0.8] * (8 * L),
+        0.8,
+        1.0,
+        train_len=L,
+    )
+
+
+_TL = "ex-lab-train-len"
+plant(_TL, [_lab_result(n, L=16) for n in _NAMES32], "trained at L = 16")
+plant(
+    _TL, [_lab_result("alibi"), _lab_result("sinusoidal", rise=0.6)], "no run of rope"
+)
+plant(_TL, [_lab_result(n, rise=0.6) for n in _NAMES32], "ALiBi's loss rises")
+plant(
+    _TL,
+    [_lab_result("alibi"), _lab_result("rope", rise=0.4), _lab_result("sinusoidal")],
+    "sinusoidal encoding rises by only",
+)
+plant(_TL, {"alibi": -0.04, "rope": 0.41, "sinusoidal": 0.62}, "list of LabResult")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 import posenc_lib as pl
 from posenc_lib.exercises import Wrong, call, exercise, plant
 from posenc_lib.exercises._values import number
@@ -69,3 +71,72 @@ plant(
     "distance 0 has its scalar",
 )
 plant("ex-huang-params", lambda m, d, k: None, "returned None")
+
+
+CAUSAL_STUB = """\
+# copy_accuracy with causal=True in pl.train and pl.accuracy, for method 1 and one
+# seed, returning the trained model too
+causal_run = ...  # your answer: (model, accuracy)
+"""
+
+_VOCAB, _LENGTH = 16, 24
+
+
+def _copy_eval(model, causal: bool) -> float:
+    g = torch.Generator().manual_seed(2024)
+    batch = pl.copy_offset_batch(256, _LENGTH, 3, _VOCAB, g)
+    device = next(model.parameters()).device
+    return pl.accuracy(model, batch, causal=causal, device=device)
+
+
+@exercise("ex-huang-causal", chapter=CHAPTER, stub=CAUSAL_STUB)
+def _(answer):
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        raise Wrong("causal_run must be a pair (model, accuracy)")
+    model, reported = answer
+    if not isinstance(model, pl.TinyTransformer):
+        raise Wrong(f"the model is a {type(model).__name__}, not a pl.TinyTransformer")
+    reported = number(reported, "the accuracy")
+    method = getattr(model.pe, "method", None)
+    if not isinstance(model.pe, pl.HuangMethod1):
+        raise Wrong(
+            f"the model's encoding is {type(model.pe).__name__} (method {method}); "
+            "the exercise is about Huang's method 1"
+        )
+    if len(model.blocks) != 1:
+        raise Wrong(f"the model has {len(model.blocks)} layers; the chapter's has 1")
+    with torch.no_grad():
+        causal, both = _copy_eval(model, True), _copy_eval(model, False)
+    if abs(reported - causal) > 0.05:
+        if abs(reported - both) <= 0.05:
+            raise Wrong(
+                f"you report {reported:.2f}, which is what the model copies without "
+                f"the causal mask ({both:.2f}); with it, it copies {causal:.2f}: "
+                "change the call to pl.accuracy too"
+            )
+        raise Wrong(
+            f"you report accuracy {reported:.2f}, but the model copies {causal:.2f} "
+            "of 256 x 24 fresh tokens (causal mask on): is this the model you trained?"
+        )
+    if causal < 0.9:
+        raise Wrong(
+            f"the model copies {causal:.2f} of the tokens with the causal mask: was it "
+            "trained with causal=True? (in our runs it copies more than 0.99)"
+        )
+    return (
+        f"a 1-layer method-1 model; on a fresh batch it copies {causal:.3f} of the "
+        f"tokens with the causal mask (you report {reported:.3f}) and {both:.2f} "
+        "without: the mask supplies the direction."
+    )
+
+
+def _model(method, n_layers=1):
+    torch.manual_seed(0)
+    pe = pl.make_encoding(f"huang_m{method}", d_model=32, n_heads=4, max_len=_LENGTH)
+    return pl.TinyTransformer(_VOCAB, 32, 4, n_layers=n_layers, pe=pe)
+
+
+plant("ex-huang-causal", (_model(2), 1.0), "method 2")
+plant("ex-huang-causal", (_model(1, n_layers=2), 1.0), "has 2 layers")
+plant("ex-huang-causal", (_model(1), 1.0), "is this the model you trained")
+plant("ex-huang-causal", 0.99, "pair (model, accuracy)")

@@ -7,7 +7,7 @@ import math
 import torch
 
 import posenc_lib as pl
-from posenc_lib.exercises import Wrong, call, exercise, expect_close, plant
+from posenc_lib.exercises import Wrong, call, exercise, expect, expect_close, plant
 from posenc_lib.exercises._values import integers, number
 
 CHAPTER = "part0/self_attention"
@@ -125,3 +125,73 @@ plant("ex-sa-variance", lambda sigma, d: sigma * math.sqrt(d), "grows as sigma")
 plant("ex-sa-variance", lambda sigma, d: sigma**4 * d, "is the variance")
 plant("ex-sa-variance", lambda sigma, d: 1.2 * sigma**2 * math.sqrt(d), "not 1")
 plant("ex-sa-variance", lambda sigma, d: None, "returned None")
+
+
+MEAN_POOL_STUB = '''\
+def at_chased(model, sentence):
+    """The output of `model` (bidirectional: causal=False) at the word "chased",
+    position 2 of `sentence` (1, 5): a (1, D) tensor, no pooling."""
+    ...  # your code
+'''
+
+
+def _tensor(value, desc):
+    if not isinstance(value, torch.Tensor):
+        raise Wrong(f"on {desc}, your answer is a {type(value).__name__}, not a tensor")
+    return value.detach().to(torch.float64)
+
+
+def _sentences():
+    s1 = torch.tensor([[0, 1, 2, 0, 3]])  # the cat chased the dog
+    s2 = torch.tensor([[0, 3, 2, 0, 1]])  # the dog chased the cat
+    return s1, s2
+
+
+@exercise("ex-sa-mean-pool", chapter=CHAPTER, stub=MEAN_POOL_STUB)
+def _(answer):
+    s1, s2 = _sentences()
+    gaps = {}
+    for name in ("NoPE", "sinusoidal"):
+        torch.manual_seed(1)
+        pe = pl.NoPE() if name == "NoPE" else pl.Sinusoidal(16)
+        model = pl.TinyTransformer(4, d_model=16, n_heads=2, n_layers=2, pe=pe)
+        with torch.no_grad():
+            out = [
+                call(answer, model, s, desc=f"a 2-layer {name} model") for s in (s1, s2)
+            ]
+            hidden = model.hidden(s1, causal=False).double()
+        desc = f"a 2-layer {name} model and 'the cat chased the dog'"
+        got = _tensor(out[0], desc)
+        if tuple(got.shape) != (1, 16):
+            raise Wrong(
+                f"on {desc}, your vector has shape {tuple(got.shape)}, not (1, D)"
+            )
+        if torch.allclose(got, hidden.mean(1), atol=1e-6):
+            raise Wrong(
+                f"on {desc}, your vector is the mean over the tokens: no pooling"
+            )
+        for p in range(5):
+            if p != 2 and torch.allclose(got, hidden[:, p], atol=1e-6):
+                raise Wrong(f"on {desc}, your vector is the output at position {p}")
+        if not torch.allclose(got, hidden[:, 2], atol=1e-5):
+            causal = model.hidden(s1, causal=True)[:, 2].double()
+            if torch.allclose(got, causal, atol=1e-5):
+                raise Wrong(f"on {desc}, your vector uses the causal mask")
+            expect_close(got, hidden[:, 2], desc=desc, what="your vector", atol=1e-5)
+        gaps[name] = (_tensor(out[0], desc) - _tensor(out[1], desc)).abs().max().item()
+    expect(gaps["NoPE"] < 1e-5, "the NoPE vectors of the two sentences differ")
+    return (
+        "your vector is the output at 'chased' (position 2); on a fresh NoPE model the "
+        f"two sentences give the same vector (largest difference {gaps['NoPE']:.0e}), "
+        f"on a sinusoidal one they differ by {gaps['sinusoidal']:.3f}."
+    )
+
+
+plant(
+    "ex-sa-mean-pool",
+    lambda m, s: m.hidden(s, causal=False).mean(1),
+    "mean over the tokens",
+)
+plant("ex-sa-mean-pool", lambda m, s: m.hidden(s, causal=False)[:, 1], "position 1")
+plant("ex-sa-mean-pool", lambda m, s: m.hidden(s)[:, 2], "causal mask")
+plant("ex-sa-mean-pool", lambda m, s: None, "returned None")
