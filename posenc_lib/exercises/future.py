@@ -319,7 +319,7 @@ plant(
         "cls": "GptOssAttention",
         "calls": [("apply_rotary_pos_emb", "self.use_rope")],
     },
-    says="already in the transcription",
+    says="the transcription already has",
 )
 plant("ex-future-table", {**_MISTRAL, "calls": "apply_rotary_pos_emb"}, says="pairs")
 plant("ex-future-table", ["mistral", "MistralAttention"], says="should be a dict")
