@@ -289,6 +289,12 @@ def _(answer):
     model = model.cpu().eval()
     measured = pl.accuracy(model, (tokens, targets, None), device=torch.device("cpu"))
     expect(
+        measured > 0.75,
+        f"your model gets {measured:.3f} on the check's 400 sequences of 64 tokens; "
+        "one FoX layer alone reaches 0.99 in every run of the chapter's seed sweep: "
+        "was it trained?",
+    )
+    expect(
         abs(reported - measured) < 0.03,
         f"you report acc_64 = {reported:.3f}, but your model gets {measured:.3f} on "
         "the check's own 400 sequences of 64 tokens: report the model's accuracy",
@@ -328,5 +334,5 @@ def _fox_model(n_layers: int, share_pe: bool, pe=None):
 plant("ex-fox-2-layers", (_fox_model(1, False), 0.9), says="n_layers=1")
 plant("ex-fox-2-layers", (_fox_model(2, True), 0.9), says="share_pe=False")
 plant("ex-fox-2-layers", (_fox_model(2, False, pl.ALiBi(4)), 0.9), says="ALiBi")
-plant("ex-fox-2-layers", (_fox_model(2, False), 0.0), says="report the model's")
+plant("ex-fox-2-layers", (_fox_model(2, False), 0.0), says="was it trained")
 plant("ex-fox-2-layers", 0.99, says="should be a pair")

@@ -236,6 +236,13 @@ def _(answer):
     tokens, targets, eig, flipped = _graph_test()
     on_canon = [_graph_accuracy(m, tokens, targets, eig) for m in models]
     on_flip = [_graph_accuracy(m, tokens, targets, flipped) for m in models]
+    for name, measured in zip(("canonical", "flipped"), on_canon):
+        # untrained: about 0.05; the structure-blind ceiling is about 0.3
+        expect(
+            measured > 0.2,
+            f"`model_{name}` gets {measured:.3f} on the check's 512 test graphs "
+            "with canonical signs: was it trained?",
+        )
     for name, measured in zip(("canonical", "flipped"), on_flip):
         got = as_float(acc[name], f'acc["{name}"]')
         expect(
@@ -285,6 +292,6 @@ plant(
 plant(
     "ex-graphs-sign-flip",
     (_LAP, _graph_model(pl.LaplacianPE(32, k=_K_EIG)), _ACC),
-    says="you report",
+    says="was it trained",
 )
 plant("ex-graphs-sign-flip", (_LAP, 0.5), says="should be a triple")
