@@ -166,7 +166,7 @@ sinks = ...  # your answer: (model_nope, model_sink, first_nope, first_sink)
 """
 
 
-def _sink_eval_tokens() -> torch.Tensor:
+def _sink_eval_tokens() -> tuple[torch.Tensor, int]:
     """The experiment's evaluation windows ``(B, L)`` (its LabConfig, first seed)."""
     from posenc_lib import lab
 
