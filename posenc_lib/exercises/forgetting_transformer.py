@@ -208,3 +208,131 @@ plant("ex-fox-cache", _stale, says="own gate")
 plant("ex-fox-cache", _flipped, says="wrong sign")
 plant("ex-fox-cache", _no_self, says="has shape")
 plant("ex-fox-cache", lambda c, lf: None, says="returned None")
+
+
+# ---------------------------------------------------------------- ex-fox-2-layers
+
+TWO_LAYERS_STUB = """\
+# the trained 2-layer FoX model and its accuracy at 64 tokens (pl.accuracy on
+# segment_batch(400, N_TRAIN, ...), as in the experiment)
+fox2 = ...  # your answer: (model, acc_64)
+"""
+
+
+def _segment_batch(batch: int, n: int, generator: torch.Generator):
+    """The chapter's majority-in-segment task (its ``segment_batch``, copied here so
+    that the check builds its own evaluation batch without the notebook's state)."""
+    gaps = torch.randint(3, 18, (batch, n), generator=generator)
+    starts = (gaps.cumsum(1) - gaps).clamp(max=n)
+    is_sep = torch.zeros(batch, n + 1, dtype=torch.bool).scatter_(1, starts, True)
+    is_sep = is_sep[:, :n]
+    symbols = torch.randint(2, (batch, n), generator=generator)
+    tokens = torch.where(is_sep, 2, symbols)
+    run = ((tokens == 0).long() - (tokens == 1).long()).cumsum(1)
+    last_sep = torch.where(is_sep, torch.arange(n), 0).cummax(1).values
+    count = run - run.gather(1, last_sep)
+    targets = torch.where(count > 0, 0, 1).masked_fill(count == 0, -100)
+    return tokens, targets, None
+
+
+def _layer_inputs(model, tokens):
+    """The hidden state entering each block, ``[(b, n, D), ...]``."""
+    seen = []
+    hooks = [
+        b.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
+        for b in model.blocks
+    ]
+    try:
+        with torch.no_grad():
+            model(tokens)
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+@exercise("ex-fox-2-layers", chapter=CHAPTER, stub=TWO_LAYERS_STUB)
+def _(answer):
+    expect(
+        isinstance(answer, (tuple, list)) and len(answer) == 2,
+        "`fox2` should be a pair (model, acc_64): the trained model and its accuracy",
+    )
+    model, reported = answer
+    expect(
+        isinstance(model, pl.TinyTransformer),
+        f"the first entry should be the trained pl.TinyTransformer, got "
+        f"{type(model).__name__}",
+    )
+    reported = as_float(reported, "acc_64")
+    blocks = model.blocks
+    expect(
+        len(blocks) == 2,
+        f"your model has n_layers={len(blocks)}: the exercise asks for n_layers=2",
+    )
+    pes = [b.attn.pe for b in blocks]
+    expect(
+        all(isinstance(pe, pl.ForgettingAttention) for pe in pes),
+        "your model's layers use "
+        + ", ".join(type(pe).__name__ for pe in pes)
+        + ": the exercise trains pl.ForgettingAttention (FoX) in both",
+    )
+    expect(
+        pes[0] is not pes[1],
+        "both layers share one gate projection (share_pe=True): give each layer its "
+        "own with share_pe=False",
+    )
+    expect(
+        model.vocab_size == 3,
+        f"your model's vocabulary has {model.vocab_size} tokens; the task has 3",
+    )
+    tokens, targets, _ = _segment_batch(400, 64, torch.Generator().manual_seed(11))
+    model = model.cpu().eval()
+    measured = pl.accuracy(model, (tokens, targets, None), device=torch.device("cpu"))
+    expect(
+        measured > 0.75,
+        f"your model gets {measured:.3f} on the check's 400 sequences of 64 tokens; "
+        "one FoX layer alone reaches 0.99 in every run of the chapter's seed sweep: "
+        "was it trained?",
+    )
+    expect(
+        abs(reported - measured) < 0.03,
+        f"you report acc_64 = {reported:.3f}, but your model gets {measured:.3f} on "
+        "the check's own 400 sequences of 64 tokens: report the model's accuracy",
+    )
+    # what the second layer's gates read: their spread over positions of one token
+    h2 = _layer_inputs(model, tokens[:50])[1]
+    with torch.no_grad():
+        gates = pes[1].log_forget_gates(blocks[1].ln1(h2)).exp()  # (b, h, n)
+    tok = tokens[:50, None, :].expand_as(gates)
+    spread = max(
+        float(gates[tok == t].view(-1).max() - gates[tok == t].view(-1).min())
+        for t in range(3)
+    )
+    verdict = (
+        "so its gates read context, not the token alone"
+        if spread > 0.05
+        else "so they hardly depend on more than the token"
+    )
+    return (
+        f"a 2-layer FoX model with a gate projection per layer; it gets "
+        f"{measured:.3f} on the check's 400 sequences of 64 tokens (you report "
+        f"{reported:.3f}). In layer 2 the gate of one token type varies by up to "
+        f"{spread:.2f} across positions, {verdict}."
+    )
+
+
+def _fox_model(n_layers: int, share_pe: bool, pe=None):
+    """An untrained model for a planted answer (the global RNG left as it was)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        pe = pe if pe is not None else pl.ForgettingAttention(32, 4)
+        return pl.TinyTransformer(
+            3, d_model=32, n_heads=4, n_layers=n_layers, pe=pe, share_pe=share_pe
+        )
+
+
+plant("ex-fox-2-layers", (_fox_model(1, False), 0.9), says="n_layers=1")
+plant("ex-fox-2-layers", (_fox_model(2, True), 0.9), says="share_pe=False")
+plant("ex-fox-2-layers", (_fox_model(2, False, pl.ALiBi(4)), 0.9), says="ALiBi")
+plant("ex-fox-2-layers", (_fox_model(2, False), 0.0), says="was it trained")
+plant("ex-fox-2-layers", 0.99, says="should be a pair")

@@ -193,3 +193,133 @@ plant("ex-future-dca", (9900, 100), says="the true distance")
 plant("ex-future-dca", (1452, 100), says="an earlier chunk")
 plant("ex-future-dca", (2972, 1452), says="in which chunk")
 plant("ex-future-dca", None, says="No answer yet")
+
+
+# ---------------------------------------------------------------- ex-future-table
+
+TABLE_STUB = """\
+# your transcription row, in the form of posenc_lib.frontier.MODEL_POSITION's rows
+my_row = dict(
+    module=...,  # the folder under transformers/models, e.g. "llama"
+    cls=...,  # the attention class, e.g. "LlamaAttention"
+    calls=[...],  # (function, guard) pairs: the `if` verbatim, or None
+    per_layer=...,  # True when the guard reads an attribute set from the layer index
+    block=...,  # the hook of pl.PositionalEncoding it corresponds to (or "none")
+)
+"""
+
+ROW_KEYS = ("module", "cls", "calls", "per_layer", "block")
+
+
+def _block_of(function: str) -> str | None:
+    """The hook a transformers position function corresponds to, from its name."""
+    name = function.lower()
+    if "rotary" in name or "rope" in name:
+        return "transform_qk"
+    if "alibi" in name:
+        return "score_bias"
+    return None
+
+
+@exercise("ex-future-table", chapter=CHAPTER, stub=TABLE_STUB)
+def _(answer):
+    from posenc_lib.base import HOOKS
+    from posenc_lib.frontier import MODEL_POSITION
+
+    expect(
+        isinstance(answer, dict),
+        f"`my_row` should be a dict with keys {', '.join(ROW_KEYS)}, got "
+        f"{type(answer).__name__}",
+    )
+    missing = [k for k in ROW_KEYS if k not in answer or answer[k] is Ellipsis]
+    expect(not missing, f"`my_row` has no value yet for {', '.join(missing)}")
+    module, cls, calls = answer["module"], answer["cls"], answer["calls"]
+    expect(
+        isinstance(module, str) and module.isidentifier() and module == module.lower(),
+        f"`module` should be the folder name under transformers/models, lower case "
+        f"(as in 'llama', 'qwen3_moe'), got {module!r}",
+    )
+    expect(
+        isinstance(cls, str) and cls.isidentifier() and cls[:1].isupper(),
+        f"`cls` should be a class name such as 'LlamaAttention', got {cls!r}",
+    )
+    expect(
+        isinstance(calls, (list, tuple))
+        and all(
+            isinstance(c, (list, tuple))
+            and len(c) == 2
+            and isinstance(c[0], str)
+            and (c[1] is None or isinstance(c[1], str))
+            for c in calls
+        ),
+        "`calls` should be a list of (function name, guard) pairs, the guard a "
+        f"string or None, got {calls!r:.80}",
+    )
+    expect(
+        isinstance(answer["per_layer"], bool),
+        f"`per_layer` should be True or False, got {answer['per_layer']!r}",
+    )
+    block = answer["block"]
+    expect(
+        block in HOOKS or block == "none",
+        f"`block` should name a hook of pl.PositionalEncoding ({', '.join(HOOKS)}) "
+        f"or 'none', got {block!r}",
+    )
+    for function, guard in calls:
+        want = _block_of(function)
+        if want is not None and block != want:
+            raise Wrong(
+                f"your row calls {function}, which corresponds to the hook {want}, "
+                f"but `block` says {block!r}"
+            )
+    if not calls and block != "none":
+        raise Wrong(
+            f"your row calls no position function, so its building block is 'none' "
+            f"(no positional encoding), not {block!r}"
+        )
+    if answer["per_layer"] and all(guard is None for _, guard in calls):
+        raise Wrong(
+            "`per_layer` is True but no call has a guard: a call without an `if` "
+            "runs in every layer"
+        )
+    known = {(r["module"], r["cls"]): (m, r) for m, r in MODEL_POSITION.items()}
+    if (module, cls) in known:
+        model, row = known[module, cls]
+        theirs = [tuple(c) for c in row["calls"]]
+        if [tuple(c) for c in calls] != theirs or answer["per_layer"] != row[
+            "per_layer"
+        ]:
+            raise Wrong(
+                f"the transcription already has {model}, with calls {theirs} and "
+                f"per_layer={row['per_layer']}: your row differs"
+            )
+    functions = ", ".join(f for f, _ in calls) or "no position function"
+    return (
+        f"a well-formed row for {module}.{cls} ({functions}); its building block "
+        f"{block} agrees with the functions it calls. The check reads names, not "
+        "transformers' source: tests/golden/make_frontier_golden.py does that."
+    )
+
+
+_MISTRAL = dict(
+    module="mistral",
+    cls="MistralAttention",
+    calls=[("apply_rotary_pos_emb", None)],
+    per_layer=False,
+    block="transform_qk",
+)
+plant("ex-future-table", {**_MISTRAL, "block": "score_bias"}, says="corresponds to")
+plant("ex-future-table", {**_MISTRAL, "block": "rotation"}, says="name a hook")
+plant("ex-future-table", {**_MISTRAL, "per_layer": True}, says="no call has a guard")
+plant(
+    "ex-future-table",
+    {
+        **_MISTRAL,
+        "module": "gpt_oss",
+        "cls": "GptOssAttention",
+        "calls": [("apply_rotary_pos_emb", "self.use_rope")],
+    },
+    says="the transcription already has",
+)
+plant("ex-future-table", {**_MISTRAL, "calls": "apply_rotary_pos_emb"}, says="pairs")
+plant("ex-future-table", ["mistral", "MistralAttention"], says="should be a dict")

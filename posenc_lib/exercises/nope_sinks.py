@@ -154,3 +154,132 @@ plant("ex-sinks-temperature", 1 + 0.1 * math.log(16), says="made 16 steps")
 plant("ex-sinks-temperature", 1 + 0.1 * math.log10(17), says="natural logarithm")
 plant("ex-sinks-temperature", 0.1 * math.log(17), says="1 plus the increment")
 plant("ex-sinks-temperature", [1.28], says="should be a number")
+
+
+# ---------------------------------------------------------------- ex-sinks-first-token
+
+SINK_STUB = """\
+# the two trained models and, for each, the mean weight that every head of layer 1
+# (model.blocks[1]) puts on the first token, over queries 1 .. L-1 of
+# data.eval[:, :L]: (h,) tensors
+sinks = ...  # your answer: (model_nope, model_sink, first_nope, first_sink)
+"""
+
+
+def _sink_eval_tokens() -> tuple[torch.Tensor, int]:
+    """The experiment's evaluation windows ``(B, L)`` (its LabConfig, first seed)."""
+    from posenc_lib import lab
+
+    cfg = lab.LabConfig(train_len=16, factors=(1, 4), steps=150, n_layers=2)
+    data = lab.make_lab_data(cfg, pl.book.chapter_seeds(0)[0])
+    return data.eval[:, :16], data.vocab_size
+
+
+def _layer1_weights(model, tokens) -> torch.Tensor:
+    """Attention weights ``(b, h, i, j)`` of ``model.blocks[1]``."""
+    seen = []
+    hook = model.blocks[1].register_forward_pre_hook(lambda m, a: seen.append(a[0]))
+    try:
+        with torch.no_grad():
+            model.cpu().eval()(tokens)
+            block = model.blocks[1]
+            _, w = block.attn(block.ln1(seen[0]), causal=True, return_weights=True)
+    finally:
+        hook.remove()
+    return w
+
+
+@exercise("ex-sinks-first-token", chapter=CHAPTER, stub=SINK_STUB)
+def _(answer):
+    expect(
+        isinstance(answer, (tuple, list)) and len(answer) == 4,
+        "`sinks` should be (model_nope, model_sink, first_nope, first_sink)",
+    )
+    models, reported = answer[:2], answer[2:]
+    tokens, vocab = _sink_eval_tokens()
+    for name, model, kind in zip(
+        ("model_nope", "model_sink"), models, (pl.NoPE, pl.LearnedSink)
+    ):
+        expect(
+            isinstance(model, pl.TinyTransformer),
+            f"`{name}` should be a trained pl.TinyTransformer, got "
+            f"{type(model).__name__}",
+        )
+        expect(
+            len(model.blocks) == 2 and model.vocab_size == vocab,
+            f"`{name}` has {len(model.blocks)} layers and {model.vocab_size} tokens; "
+            f"the experiment's language model has 2 and {vocab}",
+        )
+        pes = [type(b.attn.pe).__name__ for b in model.blocks]
+        expect(
+            all(type(b.attn.pe) is kind for b in model.blocks),
+            f"`{name}`'s layers use {', '.join(pes)}: it should use "
+            f"pl.{kind.__name__} in both layers",
+        )
+    for name, model in zip(("model_nope", "model_sink"), models):
+        with torch.no_grad():
+            logits = model.cpu().eval()(tokens[:, :-1])
+            loss = torch.nn.functional.cross_entropy(
+                logits.transpose(1, 2), tokens[:, 1:]
+            )
+        expect(
+            loss.item() < math.log(vocab) - 0.2,
+            f"`{name}` has a loss of {loss.item():.2f} nats per token on the "
+            f"evaluation windows, close to ln {vocab} = {math.log(vocab):.2f} "
+            "(guessing): was it trained?",
+        )
+    firsts, sums = [], []
+    for name, model, got in zip(("first_nope", "first_sink"), models, reported):
+        w = _layer1_weights(model, tokens)  # (b, h, i, j)
+        first = w[:, :, 1:, 0].mean((0, 2))  # (h,): queries 1 .. L-1
+        desc = "the experiment's evaluation windows data.eval[:, :L]"
+        expect_close(got, first, desc=desc, what=f"`{name}`", atol=0.02, rtol=0)
+        firsts.append(first)
+        sums.append(w[:, :, 1:].sum(-1).mean().item())
+    # no key preferred: query i spreads 1/(i + 1) on key 0
+    uniform = (1 / torch.arange(2, 17, dtype=torch.float64)).mean().item()
+    nope_max, sink_max = (float(f.max()) for f in firsts)
+    finding = (
+        "a first-token sink (a head well above the uniform share)"
+        if nope_max > 2 * uniform
+        else "no clear first-token sink in this run"
+    )
+    return (
+        f"both models as asked; your weights on key 0 are what they give on the "
+        f"evaluation windows. Layer 1 of the NoPE model puts up to {nope_max:.2f} "
+        f"on the first token (uniform would be {uniform:.2f}): {finding}. With "
+        f"learned sinks the largest is {sink_max:.2f} and the rows sum to "
+        f"{sums[1]:.2f} on average (the rest goes to the sink), against "
+        f"{sums[0]:.2f} without."
+    )
+
+
+def _sink_model(pe_kind):
+    """An untrained language model for a planted answer (global RNG unchanged)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return pl.TinyTransformer(8, 32, 4, 2, [pe_kind(), pe_kind()])
+
+
+_H4 = torch.full((4,), 0.25)
+plant(
+    "ex-sinks-first-token",
+    (
+        _sink_model(lambda: pl.Rotary(8)),
+        _sink_model(lambda: pl.LearnedSink(4)),
+        _H4,
+        _H4,
+    ),
+    says="should use pl.NoPE",
+)
+plant(
+    "ex-sinks-first-token",
+    (_sink_model(pl.NoPE), _sink_model(pl.NoPE), _H4, _H4),
+    says="pl.LearnedSink in both",
+)
+plant(
+    "ex-sinks-first-token",
+    (_sink_model(pl.NoPE), _sink_model(lambda: pl.LearnedSink(4)), _H4 * 4, _H4),
+    says="was it trained",
+)
+plant("ex-sinks-first-token", (_sink_model(pl.NoPE), _H4), says="should be (model")

@@ -278,3 +278,119 @@ plant("ex-sb-hidden", _not_causal, says="later keys")
 plant("ex-sb-hidden", _others_hidden, says="the weights of the other tokens")
 plant("ex-sb-hidden", lambda n, t: torch.ones(n, n).tril(), says="bool tensor")
 plant("ex-sb-hidden", lambda n, t: None, says="returned None")
+
+
+# ---------------------------------------------------------------- ex-sb-budget
+
+BUDGET_STUB = """\
+# the steps you trained for, the trained RoPE model and its accuracies
+# {32: ..., 128: ...}, as run("softmax, RoPE", seed, steps=...) returns them
+rope_budget = ...  # your answer: (steps, model, acc)
+"""
+
+_VOCAB, _N_VALUES, _N_KEYS = 36, 8, 4
+
+
+def _latest_value_batch(b: int, n: int, generator: torch.Generator):
+    """The chapter's task (its ``latest_value_batch``, copied here so that the check
+    builds its own evaluation batch without the notebook's state)."""
+    write = torch.rand(b, n, generator=generator) < 0.5
+    key = torch.randint(_N_KEYS, (b, n), generator=generator)
+    value = torch.randint(_N_VALUES, (b, n), generator=generator)
+    tokens = torch.where(write, key * _N_VALUES + value, _N_KEYS * _N_VALUES + key)
+    targets = torch.full((b, n), -100)
+    latest = torch.full((b, _N_KEYS), -100)
+    rows = torch.arange(b)
+    for t in range(n):
+        targets[~write[:, t], t] = latest[rows, key[:, t]][~write[:, t]]
+        w = write[:, t]
+        latest[rows[w], key[w, t]] = value[w, t]
+    return tokens, targets, None
+
+
+@exercise("ex-sb-budget", chapter=CHAPTER, stub=BUDGET_STUB)
+def _(answer):
+    from posenc_lib.encodings.rope import Rotary
+
+    expect(
+        isinstance(answer, (tuple, list)) and len(answer) == 3,
+        "`rope_budget` should be a triple (steps, model, acc), acc the dict "
+        "{32: ..., 128: ...} that run returns",
+    )
+    steps, model, acc = answer
+    expect(
+        isinstance(steps, int) and steps == 600,
+        f"you trained for {steps!r} steps: the exercise asks for STEPS = 600",
+    )
+    expect(
+        isinstance(model, pl.TinyTransformer),
+        f"the model should be the trained pl.TinyTransformer, got "
+        f"{type(model).__name__}",
+    )
+    pe = model.blocks[0].attn.pe
+    expect(
+        isinstance(pe, Rotary),
+        f"your model's attention uses {type(pe).__name__}: the exercise re-runs "
+        "softmax with RoPE alone",
+    )
+    expect(
+        len(model.blocks) == 1 and model.vocab_size == _VOCAB,
+        f"your model has {len(model.blocks)} layers and {model.vocab_size} tokens; "
+        f"the experiment's has 1 layer and {_VOCAB} tokens",
+    )
+    expect(
+        isinstance(acc, dict) and {32, 128} <= set(acc),
+        "acc should be a dict with the accuracies at 32 and 128 tokens, "
+        f"got {acc!r:.60}",
+    )
+    gen = torch.Generator().manual_seed(12)
+    model = model.cpu().eval()
+    cpu = torch.device("cpu")
+    measured = {
+        n: pl.accuracy(model, _latest_value_batch(256, n, gen), device=cpu)
+        for n in (32, 128)
+    }
+    # the seed sweep: 600 steps of RoPE reach 0.87-0.98 at 32 tokens, 0.64-0.73 at
+    # 128, at least 0.17 lower (posenc_lib/data/sweeps/stick_breaking.csv)
+    expect(
+        measured[32] > 0.75,
+        f"your model gets {measured[32]:.3f} at 32 tokens on the check's 256 "
+        "sequences; after 600 steps the chapter's RoPE models reach 0.87 or more: "
+        "was it trained for 600 steps?",
+    )
+    for n in (32, 128):
+        got = as_float(acc[n], f"acc[{n}]")
+        expect(
+            abs(got - measured[n]) < 0.04,
+            f"you report acc[{n}] = {got:.3f}, but your model gets "
+            f"{measured[n]:.3f} on the check's own 256 sequences of {n} tokens",
+        )
+    drop = measured[32] - measured[128]
+    expect(
+        drop > 0.05,
+        f"your model keeps its accuracy at 128 tokens ({measured[128]:.3f} against "
+        f"{measured[32]:.3f} at 32): over the seed sweep RoPE lost at least 0.17; "
+        "was it trained at 32 tokens?",
+    )
+    return (
+        f"RoPE trained 600 steps: {measured[32]:.3f} at 32 tokens and "
+        f"{measured[128]:.3f} at 128 on the check's sequences, as you report. It "
+        f"catches up at the training length and loses {drop:.2f} at 4 times it, "
+        "where stick-breaking, with 200 steps, stayed at 0.89 or more in the sweep."
+    )
+
+
+def _planted_model(method: str):
+    """An untrained model of the experiment (the global RNG left as it was)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        pe = pl.make_encoding(method, d_model=32, n_heads=2, max_len=128)
+        return pl.TinyTransformer(_VOCAB, d_model=32, n_heads=2, n_layers=1, pe=pe)
+
+
+_ACC = {32: 0.9, 128: 0.7}
+plant("ex-sb-budget", (200, _planted_model("rope"), _ACC), says="STEPS = 600")
+plant("ex-sb-budget", (600, _planted_model("alibi"), _ACC), says="RoPE alone")
+plant("ex-sb-budget", (600, _planted_model("rope"), _ACC), says="trained for 600")
+plant("ex-sb-budget", (600, _planted_model("rope"), [0.9, 0.7]), says="should be a")
+plant("ex-sb-budget", (600, _planted_model("rope")), says="triple")
