@@ -113,7 +113,10 @@ def test_notebook_follows_the_chapter_skeleton(path):
     )
 
 
-DRAWS = re.compile(r"plt\.(subplots|figure)\(|slider_figure\(")
+# a cell that draws at its top level (not only inside a function it defines)
+DRAWS = re.compile(
+    r"^(\w+(, \w+)* = )?(plt\.(subplots|figure|show)\(|slider_figure\()", re.M
+)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
@@ -124,8 +127,6 @@ def test_every_figure_has_a_caption_and_alt_text(path):
     for cell in load(path)["cells"]:
         source = "".join(cell["source"])
         if cell["cell_type"] != "code" or not DRAWS.search(source):
-            continue
-        if re.match(r"\s*(def|class) ", source):  # defines a plotting helper
             continue
         meta = cell["metadata"].get("mystnb", {})
         caption = meta.get("figure", {}).get("caption", "")
