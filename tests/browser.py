@@ -86,6 +86,18 @@ def browser():
         b.close()
 
 
+def _refresh_target(file: pathlib.Path) -> str | None:
+    """The page a meta-refresh redirect names (None for an ordinary page)."""
+    if not file.is_file() or file.suffix != ".html":
+        return None
+    m = re.search(
+        r'http-equiv="refresh"[^>]*url=([^"\'>]+)',
+        file.read_text(errors="replace"),
+        re.I,
+    )
+    return m.group(1).lstrip("./") if m else None
+
+
 @pytest.fixture
 def open_page(browser, server):
     """Open a page with every request that is not to the local server aborted
@@ -107,11 +119,19 @@ def open_page(browser, server):
 
         page.route("**/*", route)
         page.goto(f"{server}/{path}", wait_until="load")
+        # A redirect page (index.html) navigates again after its own load: wait for
+        # the page it names, or the MathJax wait below would run on the redirect
+        # page and the next evaluate on a page whose MathJax had not started.
+        target = _refresh_target(HTML / path.split("#")[0])
+        if target:
+            page.wait_for_url(f"**/{target}", wait_until="load", timeout=15000)
         page.wait_for_function(
             "() => !window.MathJax || (MathJax.startup && MathJax.startup.promise)",
             timeout=15000,
         )
-        page.evaluate("() => window.MathJax && MathJax.startup.promise")
+        page.evaluate(
+            "() => window.MathJax && MathJax.startup && MathJax.startup.promise"
+        )
         return page
 
     go.blocked = blocked
