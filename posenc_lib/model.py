@@ -247,5 +247,60 @@ class TinyTransformer(nn.Module):
             x = block(x, cache=layer_cache, pos=new.q)
         return self.ln_f(x)
 
+    def attention_input(
+        self,
+        tokens: torch.Tensor,
+        layer: int,
+        pos: torch.Tensor | None = None,
+        causal: bool = True,
+        mask: torch.Tensor | None = None,
+        inputs: Mapping[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """What block ``layer``'s attention reads on ``tokens`` ``(b, n)``: the hidden
+        state entering the block after its LayerNorm, ``(b, n, D)`` (the ``ctx.x`` an
+        encoding's hooks see, e.g. FoX's gates). No gradient; arguments as in
+        ``forward``."""
+        args, _ = self._attention_call(tokens, layer, pos, causal, mask, inputs)
+        return args[0]
+
+    def attention_map(
+        self,
+        tokens: torch.Tensor,
+        layer: int,
+        pos: torch.Tensor | None = None,
+        causal: bool = True,
+        mask: torch.Tensor | None = None,
+        inputs: Mapping[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """The attention weights ``(b, h, i, j)`` of block ``layer`` on ``tokens``
+        ``(b, n)``, as the forward pass computes them (the same positions, mask and
+        side inputs). No gradient; arguments as in ``forward``."""
+        args, kwargs = self._attention_call(tokens, layer, pos, causal, mask, inputs)
+        attn = self.blocks[layer].attn
+        with torch.no_grad():
+            _, weights = attn(*args, **{**kwargs, "return_weights": True})
+        return weights
+
+    def _attention_call(self, tokens, layer, pos, causal, mask, inputs):
+        """The arguments block ``layer``'s attention is called with in a forward pass
+        over ``tokens`` (caught by a forward pre-hook): ``(args, kwargs)``."""
+        if isinstance(layer, bool) or not isinstance(layer, int):
+            raise TypeError(f"layer must be an int, got {type(layer).__name__}")
+        if not -len(self.blocks) <= layer < len(self.blocks):
+            raise ValueError(
+                f"layer must index one of the {len(self.blocks)} blocks "
+                f"(0 .. {len(self.blocks) - 1}), got {layer}"
+            )
+        calls = []
+        hook = self.blocks[layer].attn.register_forward_pre_hook(
+            lambda module, args, kwargs: calls.append((args, kwargs)), with_kwargs=True
+        )
+        try:
+            with torch.no_grad():
+                self.hidden(tokens, pos, causal, mask, inputs)
+        finally:
+            hook.remove()
+        return calls[0]
+
     def n_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -175,20 +175,6 @@ def _sink_eval_tokens() -> tuple[torch.Tensor, int]:
     return data.eval[:, :16], data.vocab_size
 
 
-def _layer1_weights(model, tokens) -> torch.Tensor:
-    """Attention weights ``(b, h, i, j)`` of ``model.blocks[1]``."""
-    seen = []
-    hook = model.blocks[1].register_forward_pre_hook(lambda m, a: seen.append(a[0]))
-    try:
-        with torch.no_grad():
-            model.cpu().eval()(tokens)
-            block = model.blocks[1]
-            _, w = block.attn(block.ln1(seen[0]), causal=True, return_weights=True)
-    finally:
-        hook.remove()
-    return w
-
-
 @exercise("ex-sinks-first-token", chapter=CHAPTER, stub=SINK_STUB)
 def _(answer):
     expect(
@@ -230,7 +216,7 @@ def _(answer):
         )
     firsts, sums = [], []
     for name, model, got in zip(("first_nope", "first_sink"), models, reported):
-        w = _layer1_weights(model, tokens)  # (b, h, i, j)
+        w = model.cpu().eval().attention_map(tokens, 1)  # (b, h, i, j)
         first = w[:, :, 1:, 0].mean((0, 2))  # (h,): queries 1 .. L-1
         desc = "the experiment's evaluation windows data.eval[:, :L]"
         expect_close(got, first, desc=desc, what=f"`{name}`", atol=0.02, rtol=0)
