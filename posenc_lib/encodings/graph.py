@@ -145,6 +145,7 @@ class Graphormer(SpatialBias):
     token): ``x_i <- x_i + z(deg_i)`` once on the input, then ``b_h(spd_ij)`` in every
     attention call, the same table in every layer as Graphormer computes its bias once
     (``GraphormerGraphEncoder.forward``).
+    Paper: Ying et al., 2021.
 
     The degree table ``degree`` ``(max_degree + 1, D)`` clips larger degrees to
     ``max_degree``. For an undirected graph Graphormer adds an in-degree and an
@@ -190,6 +191,7 @@ class LaplacianPE(PositionalEncoding):
     ``Linear(k, D)`` of the k eigenvectors read from ``ctx.inputs["eigvecs"]``
     (``laplacian_eigenvectors``), as ``embedding_lap_pos_enc`` in
     graphdeeplearning/graphtransformer.
+    Paper: Dwivedi and Bresson, 2021.
 
     Sign flips are augmentation, applied to the inputs while training
     (``random_sign_flip``), as the authors do in their training loop; the module

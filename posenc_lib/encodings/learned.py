@@ -25,6 +25,7 @@ __all__ = ["LearnedAbsolute"]
 class LearnedAbsolute(PositionalEncoding):
     """Adds the trainable row ``P[pos]`` to each embedding; positions must lie in
     ``[0, max_len)``.
+    Paper: Devlin et al., 2019 (BERT; GPT-2 likewise).
 
     ``init_std`` is the standard deviation of the normal initialisation. The default 1.0
     puts the table on the same scale as ``nn.Embedding``'s default, which

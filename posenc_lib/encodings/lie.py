@@ -191,7 +191,8 @@ class LieRE(_LieBase):
     """LieRE: learned generators ``G_a = P_a - P_a^T`` per axis and head,
     block-diagonal in blocks of ``block_size`` (default dense, ``d_head``). ``P``
     starts ``N(0, init_std^2)``: the authors draw it uniform in ``[0, 2 pi)`` for
-    coordinates in ``[0, 1]``; these coordinates are patch indices."""
+    coordinates in ``[0, 1]``; these coordinates are patch indices.
+    Paper: Ostmeier et al., 2025."""
 
     def __init__(
         self,
@@ -217,7 +218,8 @@ class ComRoPE(_LieBase):
     ``"ld"``: block ``j`` of axis ``a`` is ``theta_{a j} (P_j - P_j^T)``; ``"ap"``:
     ``P_j - P_j^T`` on axis ``j mod n_axes``, 0 on the others. ``P`` starts
     ``N(0, init_std^2)``, ``theta`` ``N(0, 1)``, as in the authors' ``reset_pe``
-    (their default ``init_std`` is 1, for coordinates in ``[0, 1]``)."""
+    (their default ``init_std`` is 1, for coordinates in ``[0, 1]``).
+    Paper: Yu et al., 2025 (ComRoPE)."""
 
     VARIANTS = ("ld", "ap")
 

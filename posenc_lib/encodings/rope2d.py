@@ -188,7 +188,8 @@ class _Rotary2DBase(PositionalEncoding):
 
 class Rotary2D(_Rotary2DBase):
     """Axial 2-D RoPE: the first ``d/4`` pairs of every head turn with the row, the
-    last ``d/4`` with the column, at ``base^(-k/(d/4))``; no parameters."""
+    last ``d/4`` with the column, at ``base^(-k/(d/4))``; no parameters.
+    Paper: Heo et al., 2024 (RoPE-Axial)."""
 
     def __init__(self, d_head: int, base: float = 100.0, layout: str = "interleaved"):
         super().__init__()
@@ -207,7 +208,8 @@ class Rotary2D(_Rotary2DBase):
 
 class RotaryMixed(_Rotary2DBase):
     """RoPE-Mixed: learned (row, col) frequencies ``(2, n_heads, d_head/2)`` per head,
-    initialised by ``mixed_frequencies`` (a random direction per head)."""
+    initialised by ``mixed_frequencies`` (a random direction per head).
+    Paper: Heo et al., 2024."""
 
     def __init__(
         self,

@@ -79,7 +79,8 @@ def sinusoidal_2d(
 
 class Sinusoidal2D(PositionalEncoding):
     """Adds ``sinusoidal_2d_at(pos)`` to the embeddings once, before the blocks (as MAE
-    does); no parameters, defined for any coordinates."""
+    does); no parameters, defined for any coordinates.
+    Paper: He et al., 2022 (MAE)."""
 
     coord_axes = 2
     four_terms = {

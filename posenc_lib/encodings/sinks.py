@@ -149,6 +149,7 @@ def sink_softmax(
 class ChunkedRotary(Rotary):
     """RoPE inside chunks: a query sees only the keys whose position lies in its own
     chunk of ``chunk_size`` positions (Llama 4's RoPE layers, C = 8192).
+    Paper: Meta, 2025 (Llama 4).
 
     The chunk boundary is a 0 / -inf ``score_bias`` (it depends on positions only, so
     it is built once per forward pass and shared by every layer), so the fused kernel
@@ -193,7 +194,8 @@ class ChunkedRotary(Rotary):
 
 class TemperedNoPE(PositionalEncoding):
     """No rotation; the query at position p is scaled by ``llama4_attn_scale(p)``
-    (Llama 4's NoPE layers). Keys are left as they are."""
+    (Llama 4's NoPE layers). Keys are left as they are.
+    Paper: Meta, 2025 (Llama 4)."""
 
     four_terms = {
         "content-content": "kept, the query scaled by 1 + a log(1 + floor((p+1)/F))",
@@ -219,7 +221,8 @@ class TemperedNoPE(PositionalEncoding):
 class LearnedSink(PositionalEncoding):
     """No positional information; softmax with one learned sink logit per head
     (gpt-oss). ``sinks`` is a ``(h,)`` parameter, zero at start (one extra key whose
-    score is 0 and whose value is 0)."""
+    score is 0 and whose value is 0).
+    Paper: OpenAI, 2025 (gpt-oss)."""
 
     four_terms = {
         "content-content": "kept; a learned per-head sink column absorbs the rest",

@@ -180,6 +180,7 @@ class DistanceRBFBias(PositionalEncoding):
     """Head h adds ``sum_k w_hk exp(-gamma (d_ij - mu_k)^2) + c_h`` to its scaled
     scores, with ``d_ij`` the distance between the 3-D points of query i and key j
     (side input ``"coords"`` ``(b, n, 3)``).
+    Paper: Schütt et al., 2017 (SchNet's Gaussian smearing).
 
     K centers ``mu_k`` evenly spaced on ``[0, cutoff]`` (a buffer) and
     ``gamma = 0.5 / spacing^2``, as SchNet's ``GaussianSmearing`` in PyTorch Geometric;
@@ -251,7 +252,8 @@ class DistanceRBFBias(PositionalEncoding):
 class LatLonPE(PositionalEncoding):
     """``x_i <- x_i + W u_i + c`` with ``u_i`` the unit vector of token i's latitude
     and longitude (side input ``"latlon"`` ``(b, n, 2)`` in degrees, latitude first),
-    ``latlon_to_unit_vector``. Continuous across the date line and at the poles."""
+    ``latlon_to_unit_vector``. Continuous across the date line and at the poles.
+    Paper: none (the standard embedding of the sphere in R^3; no one paper owns it)."""
 
     side_inputs = {"latlon": "(b, n, 2) float latitude, longitude in degrees"}
     four_terms = {
@@ -282,6 +284,7 @@ class LatLonPE(PositionalEncoding):
 class FourierFeaturePE(PositionalEncoding):
     """``x_i <- x_i + W gamma(v_i) + c``, ``gamma(v) = [cos 2 pi B v, sin 2 pi B v]``,
     for coordinates ``v_i`` (side input ``"coords"`` ``(b, n, in_dim)``).
+    Paper: Tancik et al., 2020.
 
     ``B`` ``(m, in_dim)`` is drawn once, ``N(0, sigma^2)``, and never trained, as in
     Tancik et al.; it is a *persistent* buffer, so a saved model keeps the frequencies

@@ -131,7 +131,8 @@ def videorope_position_ids(
 class VideoRotary(MultimodalRotary):
     """VideoRoPE: M-RoPE's rotation with VideoRoPE's assignment of pairs to axes
     (``videorope_axes``: h, w alternating on the fast pairs, t on the slowest).
-    Positions ``(b, n, 3)`` integers, as ``videorope_position_ids`` lays them out."""
+    Positions ``(b, n, 3)`` integers, as ``videorope_position_ids`` lays them out.
+    Paper: Wei et al., 2025."""
 
     def __init__(
         self,
@@ -235,7 +236,8 @@ class AxesRotary(PositionalEncoding):
     """RoPE with one block per axis (``axes_rope_frequencies``): positions ``(b, n,
     a)`` integers, ``a = len(axes_dim)``; no parameters. FLUX: ``AxesRotary((16, 56,
     56))`` with ids (0, row, col) for image tokens and (0, 0, 0) for text; Wan:
-    ``AxesRotary(wan_rope_split(128))`` with (frame, row, col)."""
+    ``AxesRotary(wan_rope_split(128))`` with (frame, row, col).
+    Paper: Team Wan, 2025 (Wan; FLUX likewise)."""
 
     four_terms = {
         "content-content": "kept, rotated per axis block: depends on the offsets",
