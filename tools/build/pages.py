@@ -71,9 +71,10 @@ def main() -> int:
         text,
         flags=re.M,
     )
-    # local_extensions are found relative to the config file: point them at the repo
+    # local_extensions (all under tools/) are found relative to the config file:
+    # point them at the repo
     text = re.sub(
-        r"^(\s+[\w.]+: +)(tools/\S*|\./)(?=\s|$)", rf"\g<1>{ROOT}/\2", text, flags=re.M
+        r"^(\s+[\w.]+: +)(tools/\S*)(?=\s|$)", rf"\g<1>{ROOT}/\2", text, flags=re.M
     )
     config.write_text(text)
     cmd = [
