@@ -22,7 +22,7 @@ from torch import nn
 from .backends import BACKENDS
 from .base import Context, PositionalEncoding
 from .positions import Positions, as_positions
-from .utils import check_head_split, check_qkv, is_4d
+from .utils import check_head_split, check_qkv, check_same_device, is_4d
 
 if TYPE_CHECKING:
     from .cache import KVCache
@@ -227,6 +227,7 @@ class MultiHeadAttention(nn.Module):
                 f"x must have shape (b, n, {self.d_model}), got "
                 f"{tuple(getattr(x, 'shape', ()))}"
             )
+        check_same_device(x, "x", self.w_q, "layer")
         b, n, _ = x.shape
         q, k, v = (self._split(w(x)) for w in (self.w_q, self.w_k, self.w_v))
         if cache is not None:  # the new queries against every key so far

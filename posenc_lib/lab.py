@@ -299,7 +299,7 @@ def run_encoding(
     pe = make_encoding(name, d_model=cfg.d_model, n_heads=cfg.n_heads, max_len=L)
     model = TinyTransformer(
         data.vocab_size, cfg.d_model, cfg.n_heads, cfg.n_layers, pe=pe
-    )
+    ).to(device)
     losses = train(
         model,
         data.batches(cfg.batch_size),

@@ -18,7 +18,7 @@ from .attention import MultiHeadAttention, prepare
 from .base import Context, PositionalEncoding, overrides
 from .cache import KVCache
 from .positions import Positions
-from .utils import check_positive_int, compiling
+from .utils import check_positive_int, check_same_device, compiling
 
 __all__ = ["TinyTransformer", "Block"]
 
@@ -163,6 +163,7 @@ class TinyTransformer(nn.Module):
         b, n = tokens.shape
         if b == 0 or n == 0:
             raise ValueError(f"tokens must hold at least one token, got shape {(b, n)}")
+        check_same_device(tokens, "tokens", self.embed, "model")
         if not compiling():  # the model's one data check: ids in the vocabulary
             lo, hi = torch.stack([tokens.min(), tokens.max()]).tolist()
             if lo < 0 or hi >= self.vocab_size:

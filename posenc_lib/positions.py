@@ -122,6 +122,12 @@ class Positions:
             )
         if mask is not None:
             check_bool_mask(mask, (b, heads, i, j), "(b, h, i, j) =")
+            mask = mask.to(device)  # like the positions: built anywhere, used here
+        if inputs and device is not None:
+            inputs = {
+                name: t.to(device) if isinstance(t, torch.Tensor) else t
+                for name, t in inputs.items()
+            }
         default_k = k_pos is None
         k = (
             torch.arange(j, device=device)[None]

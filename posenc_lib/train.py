@@ -1,4 +1,11 @@
-"""A short training loop (CUDA when available) and an evaluation helper."""
+"""A short training loop and the evaluation helpers, on the model's own device.
+
+None of them moves a model: put it where it should compute first
+(``model.to(device)``, with ``device = pl.book.setup()`` or ``pl.get_device()``), then
+every batch they receive, built wherever, is moved to the model's device. A helper
+that moved the model to the GPU would leave every tensor the reader builds for it
+afterwards on the wrong device.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +16,26 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .utils import check_positive_int, get_device
+from .utils import check_positive_int, module_device
 
 __all__ = ["train", "evaluate", "accuracy", "Batch"]
 
 # A batch: tokens (b, n), targets (b, n) with -100 where ignored, positions (n,) or
 # (b, n) or None.
 Batch = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None"]
+
+
+def _model_device(model: torch.nn.Module, device: torch.device | None) -> torch.device:
+    """The model's device; ``device``, if given, must be it (the helpers never move a
+    model, see the module)."""
+    here = module_device(model)
+    if device is not None and torch.device(device).type != here.type:
+        raise ValueError(
+            f"device={torch.device(device)} but the model is on {here}: move the model "
+            f"first (model.to(device)); the helpers compute where the model is and "
+            "never move it"
+        )
+    return here
 
 
 def _loss(
@@ -44,6 +64,8 @@ def train(
     loss per step.
 
     The learning rate warms up linearly for 5 % of the steps, then decays with a cosine.
+    Each batch is moved to the model's device; ``device``, if given, must be that
+    device (the model is never moved).
     """
     check_positive_int(steps, "steps")
     if not 0 < lr < math.inf:  # inf turns every parameter into -inf or NaN
@@ -52,8 +74,8 @@ def train(
         raise ValueError(
             f"weight_decay must be a finite number >= 0, got {weight_decay!r}"
         )
-    device = device or get_device()
-    model.to(device).train()
+    device = _model_device(model, device)
+    model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     warmup = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -103,10 +125,10 @@ def evaluate(
     device: torch.device | None = None,
 ) -> float:
     """Mean cross-entropy (nats per predicted token) of ``model`` over one batch
-    or several."""
+    or several, each moved to the model's device."""
     batches = _as_batches(batches)
-    device = device or get_device()
-    model.to(device).eval()
+    device = _model_device(model, device)
+    model.eval()
     losses = [_loss(model, batch, device, causal).item() for batch in batches]
     if not losses:
         raise ValueError("batches is empty")
@@ -121,20 +143,14 @@ def accuracy(
     device: torch.device | None = None,
 ) -> float:
     """Fraction of scored targets (those != -100) that the model's most likely token
-    gets right."""
-    device = device or get_device()
-    model.to(device).eval()
+    gets right (each batch moved to the model's device)."""
+    device = _model_device(model, device)
+    model.eval()
     correct = total = 0
     for tokens, targets, pos in _as_batches(batches):
-        pred = (
-            model(
-                tokens.to(device),
-                None if pos is None else pos.to(device),
-                causal=causal,
-            )
-            .argmax(-1)
-            .cpu()
-        )
+        pos = None if pos is None else pos.to(device)
+        pred = model(tokens.to(device), pos, causal=causal).argmax(-1)  # (b, n)
+        targets = targets.to(device)
         scored = targets != -100
         correct += int((pred[scored] == targets[scored]).sum())
         total += int(scored.sum())

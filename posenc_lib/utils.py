@@ -25,6 +25,8 @@ __all__ = [
     "check_bool_mask",
     "compiling",
     "check_qkv",
+    "module_device",
+    "check_same_device",
 ]
 
 
@@ -67,6 +69,33 @@ def get_device(prefer: str | None = None) -> torch.device:
             )
         return device
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def module_device(module: torch.nn.Module) -> torch.device:
+    """Where ``module`` computes: the device of its first parameter or buffer (the CPU
+    for a module that holds neither)."""
+    for t in module.parameters():
+        return t.device
+    for t in module.buffers():
+        return t.device
+    return torch.device("cpu")
+
+
+def check_same_device(
+    t: torch.Tensor, name: str, module: torch.nn.Module, what: str
+) -> None:
+    """Raise a clear error unless ``t`` is on ``module``'s device (torch's own says
+    "Expected all tensors to be on the same device" from deep inside a layer)."""
+    here = module_device(module)
+    if t.device.type != here.type or (
+        t.device.index is not None
+        and here.index is not None
+        and t.device.index != here.index
+    ):
+        raise ValueError(
+            f"{name} is a tensor on {t.device} but the {what} is on {here}: move it "
+            f"with {name}.to(device) (the {what} does not move its inputs)"
+        )
 
 
 def _check_int(value: object, name: str, minimum: int) -> int:
