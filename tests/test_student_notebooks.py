@@ -13,6 +13,12 @@ notebook, doing two things in that one run:
 Exercises without a check keep their answer cell as the edition gives it (one
 comment), and the notebook still runs. Marked ``build``: it executes the whole course
 once more (minutes), so it runs with ``-m build`` beside the site build.
+
+It runs on a GPU: a real one where present, else the fake CUDA device of
+``tools/testing/fake_cuda.py`` (CUDA tensors that compute on the CPU and refuse to meet
+a CPU tensor), entered by an injected first cell. So every chapter's code, its
+solutions and the checks that re-evaluate a reader's model are tested for tensors on
+the wrong device on every machine, while the site build (nbval) runs them on the CPU.
 """
 
 from __future__ import annotations
@@ -23,10 +29,12 @@ import time
 
 import nbformat
 import pytest
+import torch
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from tools.build import student_edition as se
+from tools.testing.fake_cuda import KERNEL_CELL
 
 pytestmark = pytest.mark.build
 
@@ -71,6 +79,9 @@ def injected(nb: nbformat.NotebookNode, solutions: dict[str, str]) -> list[str]:
             source = AFTER_CHECK.format(label=label)
             cells.append(nbformat.v4.new_code_cell(source, id=f"planted-{label}"))
     cells.append(nbformat.v4.new_code_cell(FINAL.format(labels=labels), id="final"))
+    if not torch.cuda.is_available():  # the fake GPU (see the module's docstring)
+        fake = KERNEL_CELL.format(root=str(ROOT))
+        cells.insert(0, nbformat.v4.new_code_cell(fake, id="fake-cuda"))
     nb.cells = cells
     return labels
 
