@@ -22,7 +22,8 @@ run a training step.
 
 What it does not model: CUDA's rule that some ops accept a 0-d CPU tensor (every 0-d
 CPU tensor is accepted here), streams, memory (``torch.cuda.max_memory_allocated`` is
-0), and kernels (the CPU kernels run). ``torch.compile`` is not supported inside it.
+0; ``get_device_properties`` describes a 2 GiB card, so a chapter that sizes its runs
+by the card's memory stays small), and kernels (the CPU kernels run). ``torch.compile`` is not supported inside it.
 Used by ``tests/test_device.py`` and, for every chapter, by
 ``tests/test_student_notebooks.py``; ``python -m tools.testing.fake_cuda NOTEBOOK``
 runs one notebook on it.
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import types
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -185,15 +187,28 @@ def _move(func, args, kwargs):
     return out
 
 
+# What the fake device reports of itself: a small card, so that a chapter that sizes
+# its runs by the GPU's memory stays within what the CPU computes in seconds.
+FAKE_PROPERTIES = types.SimpleNamespace(
+    name="fake CUDA (computing on the CPU)",
+    total_memory=2 * 2**30,
+    major=8,
+    minor=0,
+    multi_processor_count=1,
+)
+
+
 def _cuda_state():
-    """What ``torch.cuda`` answers inside ``fake_cuda()``: one device, no memory."""
+    """What ``torch.cuda`` answers inside ``fake_cuda()``: one small device whose
+    allocator reports nothing (``max_memory_allocated`` is 0)."""
     zero_state = torch.zeros(16, dtype=torch.uint8)
     return {
+        "get_device_properties": lambda *a, **k: FAKE_PROPERTIES,
         "is_available": lambda: True,
         "device_count": lambda: 1,
         "current_device": lambda: 0,
         "synchronize": lambda *a, **k: None,
-        "get_device_name": lambda *a, **k: "fake CUDA (computing on the CPU)",
+        "get_device_name": lambda *a, **k: FAKE_PROPERTIES.name,
         "get_rng_state": lambda *a, **k: zero_state.clone(),
         "set_rng_state": lambda *a, **k: None,
         "get_rng_state_all": lambda: [zero_state.clone()],
