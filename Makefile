@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: site test env clean pdf
+.PHONY: site test test-gpu env clean pdf
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ pdf: $(STAMP)
 
 test: $(STAMP)
 	PY=$(PY) bash tools/build/test.sh
+
+# On a machine with CUDA: every chapter under nbval on the GPU, in parallel, then the
+# attention benchmark there; writes tools/results/timings/gpu.json and
+# posenc_lib/data/attention_cuda.* (commit them). See tools/build/test_gpu.sh.
+test-gpu: $(STAMP)
+	PY=$(PY) bash tools/build/test_gpu.sh
 
 clean:
 	rm -rf _build

@@ -1,12 +1,13 @@
-"""Every tensor on the model's device (issue 30), tested on a machine without a GPU.
+"""Every tensor on the model's device, tested on a machine without a GPU.
 
-The tests run on a CUDA device that computes on the CPU (``tools/testing/fake_cuda.py``):
-its tensors say ``cuda:0`` and refuse to meet a CPU tensor, as a GPU's do, so a tensor
-left on the CPU fails here as it fails on a GPU. Where a GPU is present the same tests
-also run on it. Covered: the registry contract (every encoding's attention on every
-path, forward and backward), ``TinyTransformer`` (forward, backward, cached decoding,
-its probes), the training and evaluation helpers, the lab, the position builders and
-the exercise checks that re-evaluate a reader's model.
+The tests run on a CUDA device that computes on the CPU
+(``tools/testing/fake_cuda.py``): its tensors say ``cuda:0`` and refuse to meet a CPU
+tensor, as a GPU's do, so a tensor left on the CPU fails here as it fails on a GPU.
+Where a GPU is present the same tests also run on it. Covered: the registry contract
+(every encoding's attention on every path, forward and backward), ``TinyTransformer``
+(forward, backward, cached decoding, its probes), the training and evaluation helpers,
+the lab, the position builders and the exercise checks that re-evaluate a reader's
+model.
 
 Each result on the device is compared with the same computation on the CPU, so a branch
 that computes something else on a GPU is caught too.
@@ -216,7 +217,8 @@ def test_cached_decoding_on_the_device_equals_the_full_forward(name, device):
 
 def test_a_model_refuses_tokens_on_another_device_naming_both(device):
     model = pl.TinyTransformer(VOCAB, D_MODEL, N_HEADS, 2, pe=build("rope")).to(device)
-    with pytest.raises(ValueError, match=r"tokens is a tensor on cpu.*model is on cuda"):
+    refused = r"tokens is a tensor on cpu.*model is on cuda"
+    with pytest.raises(ValueError, match=refused):
         model(torch.randint(VOCAB, (2, 5)))
     attn = pl.MultiHeadAttention(D_MODEL, N_HEADS, build("rope")).to(device)
     with pytest.raises(ValueError, match=r"x is a tensor on cpu.*layer is on cuda"):

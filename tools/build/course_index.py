@@ -113,7 +113,7 @@ def render() -> str:
         f" ({cpu.get('note', '')}); the whole course takes **{total / 60:.1f} minutes**"
         " there. GPU: "
         + (
-            f"{gpu['device']}, measured {gpu['measured']}."
+            f"{gpu['device']}, measured {gpu['measured']} ({gpu.get('note', '')})."
             if gpu
             else "not measured (no GPU was available when the times were taken)."
         ),

@@ -1,15 +1,18 @@
 """Build the website strictly: any Sphinx warning or notebook cell error fails
 the build.
 
-    python -m tools.build.site          # incremental: re-executes what changed
-    python -m tools.build.site --fresh  # empty execution cache, every page rebuilt
-                                        # (the test command)
+    python -m tools.build.site              # incremental: re-executes what changed
+    python -m tools.build.site --fresh      # empty execution cache, every page rebuilt
+    python -m tools.build.site --all-pages  # every page rebuilt from the execution
+                                            # cache (the test command, after nbval
+                                            # filled it: tools/build/nbval_cache.py)
 
 jupyter-cache keys executed notebooks on their code cells only, so a change to
 ``posenc_lib`` (its code, or the data it ships: the seed sweeps the chapters quote, the
 benchmark), or to the pinned environment, would otherwise leave stale outputs on the
-site. We key the cache on those too: when their hash changes, the cache is dropped and
-every page is rebuilt.
+site. We key the cache on those too: a stamp beside it names the library state its
+notebooks were executed with, and a cache of another state is dropped; a second stamp
+does the same for the built pages.
 """
 
 from __future__ import annotations
@@ -24,7 +27,12 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = ROOT / "_build"
 CACHE = BUILD / ".jupyter_cache"
-STAMP = BUILD / ".library-hash"
+CACHE_STAMP = BUILD / ".cache-library-hash"  # the library the cache was executed with
+STAMP = BUILD / ".library-hash"  # the library the built pages were made with
+
+
+def stamp_of(path: pathlib.Path) -> str | None:
+    return path.read_text() if path.exists() else None
 
 
 def library_hash() -> str:
@@ -46,20 +54,15 @@ def library_hash() -> str:
 def main() -> int:
     fresh = "--fresh" in sys.argv
     current = library_hash()
-    stale = fresh or not STAMP.exists() or STAMP.read_text() != current
-    if stale:
+    if fresh or stamp_of(CACHE_STAMP) != current:
         reason = "--fresh" if fresh else "posenc_lib or the environment changed"
-        print(
-            "[build] dropping the execution cache and rebuilding every page "
-            f"({reason})",
-            flush=True,
-        )
-        for path in (
-            CACHE,
-            BUILD / "html",
-            BUILD / "jupyter_execute",
-            BUILD / ".doctrees",
-        ):
+        print(f"[build] dropping the execution cache ({reason})", flush=True)
+        shutil.rmtree(CACHE, ignore_errors=True)
+        CACHE_STAMP.unlink(missing_ok=True)
+    stale = fresh or "--all-pages" in sys.argv or stamp_of(STAMP) != current
+    if stale:
+        print("[build] rebuilding every page", flush=True)
+        for path in (BUILD / "html", BUILD / "jupyter_execute", BUILD / ".doctrees"):
             shutil.rmtree(path, ignore_errors=True)
     cmd = [
         str(pathlib.Path(sys.executable).parent / "jupyter-book"),
@@ -103,12 +106,13 @@ def main() -> int:
         flush=True,
     )
     if result.returncode != 0:
-        STAMP.unlink(
-            missing_ok=True
-        )  # never trust a cache that a failed build may have half-written
+        # never trust pages or a cache that a failed build may have half-written
+        STAMP.unlink(missing_ok=True)
+        CACHE_STAMP.unlink(missing_ok=True)
         return result.returncode
     BUILD.mkdir(exist_ok=True)
     STAMP.write_text(current)
+    CACHE_STAMP.write_text(current)
     print(f"[build] open {BUILD / 'html' / 'index.html'}")
     # The teaching guide's slides, one deck per session, from this build's executed
     # notebooks (so after the build), into the site: _build/html/slides.

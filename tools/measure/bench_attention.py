@@ -16,9 +16,11 @@ and for a sequence encoding its default path once more with ``q_pos = k_pos = No
   one more layer;
 * ``fwd+bwd``: forward and backward, gradients for q, k, v and the encoding's
   parameters (a learned bias shared by the calls gets the sum of their gradients);
-* peak memory: what the call adds to the process's resident set at its high-water
-  mark (Linux ``/proc/self/clear_refs``; the tool re-runs itself with
-  ``MALLOC_MMAP_THRESHOLD_=65536`` so that freed buffers leave the process), and
+* peak memory: on CUDA what the call adds to the allocator's peak
+  (``torch.cuda.max_memory_allocated``); on a CPU what it adds to the process's
+  resident set at its high-water mark (Linux ``/proc/self/clear_refs``; the tool
+  re-runs itself with ``MALLOC_MMAP_THRESHOLD_=65536`` so that freed buffers leave the
+  process), and
   ``cache``: what the shared ``Positions`` holds (built once per forward pass).
 
 Times are the best of interleaved repeats (reference and candidate alternate, so load
@@ -65,8 +67,18 @@ def _status_kib(field: str) -> int:
 
 
 def peak_mib(fn) -> float:
-    """MiB the call ``fn()`` adds at its peak to the resident set (nan off Linux)."""
+    """MiB the call ``fn()`` adds at its peak: to CUDA's allocated memory on a GPU,
+    else to the process's resident set (nan off Linux)."""
+    import torch
+
     gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - before) / 2**20
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # reset the high-water mark VmHWM to the current size

@@ -1,15 +1,18 @@
-"""Every chapter's run time, from jupyter-cache's execution records of the last site
-build (no timer of its own).
+"""Every chapter's run time, from jupyter-cache's execution records (no timer of its
+own): those nbval wrote in the test command (tools/build/nbval_cache.py), or the site
+build's.
 
-    python -m tools.build.site                 # executes every changed notebook
+    make test  (or python -m tools.build.site)  # executes every chapter
     python -m tools.measure.time_notebooks     # reads _build/.jupyter_cache
     python -m tools.measure.time_notebooks --cache PATH   # another build's cache
 
-The strict site build executes each notebook of ``_toc.yml`` one after another in a
-fresh kernel, and jupyter-cache records for each the seconds that execution took
-(``NbCacheRecord.data["execution_seconds"]``: nbclient's run, kernel start
-included). This reads the record that matches each notebook as it is now
-(``match_cache_file``: the same code cells) and writes the seconds to
+nbval (or the site build) executes each notebook of ``_toc.yml`` in a fresh kernel,
+and jupyter-cache records for each the seconds that execution took
+(``NbCacheRecord.data["execution_seconds"]``: the cells' run, kernel start included;
+``POSENC_NBVAL_WORKERS`` says how many ran at a time, recorded with the times, since
+notebooks that share a machine each take longer). This reads the record that
+matches each notebook as it is now (``match_cache_file``: the same code cells) and
+writes the seconds to
 ``tools/results/timings/<device>.json`` (``cpu``, or ``gpu`` when CUDA is present:
 build the site on that machine), with the machine and the date of the build. The
 teaching guide's run-time table (tools/build/course_index.py) reads that file; nothing
@@ -82,11 +85,19 @@ def main(argv: list[str] | None = None) -> int:
     }
     for entry, s in seconds.items():
         print(f"{s:6.1f} s  {entry}")
+    workers = int(os.environ.get("POSENC_NBVAL_WORKERS", "1"))
+    alone = (
+        "run one after another"
+        if workers == 1
+        else f"run {workers} at a time on one {kind.upper()} (so each took longer "
+        "than it takes alone)"
+    )
     record = {
         "seconds": seconds,
         "device": name,
         "measured": max(r.created for r in records.values()).date().isoformat(),
-        "note": "wall-clock seconds per notebook, run one after another in the strict "
+        "workers": workers,
+        "note": f"wall-clock seconds per notebook, {alone}, executed by nbval or the "
         "site build (jupyter-cache's execution records, kernel start included)",
     }
     out = RESULTS / "timings" / f"{kind}.json"

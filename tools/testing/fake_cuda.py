@@ -23,7 +23,8 @@ run a training step.
 What it does not model: CUDA's rule that some ops accept a 0-d CPU tensor (every 0-d
 CPU tensor is accepted here), streams, memory (``torch.cuda.max_memory_allocated`` is
 0; ``get_device_properties`` describes a 2 GiB card, so a chapter that sizes its runs
-by the card's memory stays small), and kernels (the CPU kernels run). ``torch.compile`` is not supported inside it.
+by the card's memory stays small), and kernels (the CPU kernels run).
+``torch.compile`` is not supported inside it.
 Used by ``tests/test_device.py`` and, for every chapter, by
 ``tests/test_student_notebooks.py``; ``python -m tools.testing.fake_cuda NOTEBOOK``
 runs one notebook on it.

@@ -1,0 +1,146 @@
+"""nbval executes the chapters; its outputs fill the execution cache the site reads.
+
+A pytest plugin for the notebook stage of the test command::
+
+    python -m pytest -p tools.build.nbval_cache --nbval-lax --nbval-current-env \\
+        [-n 2 --dist loadfile] book/part0/self_attention.ipynb ...
+
+nbval runs every code cell of each notebook in one kernel and fails on any error (lax:
+stored outputs are not compared; the notebooks store none). This plugin keeps what
+each cell printed and displayed and, when every cell of a notebook has passed, writes
+the executed notebook into the site build's jupyter-cache (``_build/.jupyter_cache``),
+keyed as myst-nb keys it (its code cells and their metadata). The strict site build
+that follows (``tools/build/site.py``) then finds every page in the cache and executes
+nothing: each chapter is executed once per test command, by nbval, on the device
+``pl.book.setup()`` picks (CUDA where there is one).
+
+The cache holds notebooks of one state of the library (``site.library_hash()``): if
+the stamp beside it names another, the cache is emptied first. With pytest-xdist
+(``--dist loadfile`` keeps a notebook's cells in one worker and one kernel) each worker
+stages its executed notebooks in ``_build/nbval/`` and the controller caches them at
+the end (one writer for jupyter-cache's database).
+
+The record of each notebook keeps its execution time (the seconds of its cells, kernel
+start included), as myst-nb's own execution does, so ``tools/measure/time_notebooks``
+reads it back.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import time
+
+import nbformat
+import pytest
+
+from tools.build import site
+
+STAGE = site.BUILD / "nbval"
+
+
+def _is_cell(item) -> bool:
+    return type(item).__name__ == "IPyNbCell"
+
+
+def _controller(config) -> bool:
+    return not hasattr(config, "workerinput")
+
+
+class NotebookRecorder:
+    """Collects the outputs of each notebook's cells as nbval runs them."""
+
+    def __init__(self):
+        self.runs: dict[str, dict] = {}
+
+    def record(self, item, seconds: float, passed: bool) -> None:
+        path = str(item.parent.path)
+        run = self.runs.setdefault(path, {"cells": {}, "seconds": 0.0, "ok": True})
+        run["seconds"] += seconds
+        run["ok"] &= passed
+        if hasattr(item, "test_outputs"):
+            run["cells"][item.cell_num] = item.test_outputs
+
+    def finish(self, parent) -> None:
+        """``parent``'s cells have all run: stage it, executed, if every one passed."""
+        path = pathlib.Path(str(parent.path))
+        run = self.runs.pop(str(path), None)
+        if run is None or not run["ok"]:
+            return
+        nb = nbformat.read(path, as_version=4)
+        code = [cell for cell in nb.cells if cell.cell_type == "code"]
+        if set(run["cells"]) != set(range(len(code))):
+            return  # a cell was skipped or deselected: not a whole execution
+        for number, cell in enumerate(code):
+            cell.outputs = [nbformat.from_dict(o) for o in run["cells"][number]]
+            cell.execution_count = number + 1
+        rel = path.resolve().relative_to(site.ROOT)
+        out = STAGE / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, out)
+        out.with_suffix(".json").write_text(
+            json.dumps({"uri": str(path.resolve()), "seconds": run["seconds"]})
+        )
+
+
+def pytest_configure(config):
+    if not config.getoption("nbval_lax", False):
+        return
+    config._posenc_recorder = NotebookRecorder()
+    if _controller(config):
+        shutil.rmtree(STAGE, ignore_errors=True)
+        STAGE.mkdir(parents=True, exist_ok=True)
+        current = site.library_hash()
+        if site.stamp_of(site.CACHE_STAMP) != current:
+            # the cache may hold only notebooks of this library and environment
+            shutil.rmtree(site.CACHE, ignore_errors=True)
+            site.CACHE_STAMP.unlink(missing_ok=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if _is_cell(item):
+        item.__dict__.setdefault("_posenc_reports", []).append(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    start = time.perf_counter()
+    yield
+    recorder = getattr(item.config, "_posenc_recorder", None)
+    if recorder is None or not _is_cell(item):
+        return
+    reports = item.__dict__.get("_posenc_reports", [])
+    passed = bool(reports) and all(r.passed for r in reports)
+    recorder.record(item, time.perf_counter() - start, passed)
+    if nextitem is None or nextitem.parent is not item.parent:
+        recorder.finish(item.parent)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if getattr(config, "_posenc_recorder", None) is None or not _controller(config):
+        return
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    cache = get_cache(str(site.CACHE))
+    cached = 0
+    for staged in sorted(STAGE.rglob("*.ipynb")):
+        info = json.loads(staged.with_suffix(".json").read_text())
+        nb = nbformat.read(staged, as_version=4)
+        cache.cache_notebook_bundle(
+            CacheBundleIn(nb, info["uri"], data={"execution_seconds": info["seconds"]}),
+            check_validity=False,
+            overwrite=True,
+        )
+        cached += 1
+    site.CACHE_STAMP.write_text(site.library_hash())
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(
+            f"nbval_cache: {cached} executed notebook(s) written to {site.CACHE} "
+            f"for the site build"
+        )
