@@ -20,8 +20,9 @@ import torch
 from torch import nn
 
 from .backends import BACKENDS
-from .base import Context, PositionalEncoding
-from .positions import Positions, as_positions
+from .base import Context, PositionalEncoding, overrides
+from .positions import Positions, as_positions, prepare, prepare_step
+from .registry import as_encoding
 from .utils import check_head_split, check_qkv, check_same_device, is_4d
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ __all__ = [
     "reference_attention",
     "MultiHeadAttention",
     "prepare",
+    "prepare_step",
     "as_positions",
     "PATHS",
 ]
@@ -121,38 +123,6 @@ def attention(
     return _attend(q, k, v, pe, positions, x, path, return_weights)
 
 
-def prepare(
-    pe,
-    b,
-    h,
-    i,
-    j,
-    q_pos=None,
-    k_pos=None,
-    causal=False,
-    mask=None,
-    inputs=None,
-    device=None,
-) -> Positions:
-    """The ``Positions`` of a call (or a forward pass): every check that depends on
-    the call and not on the layer, run once."""
-    if pe.causal_only and causal is not True:
-        raise ValueError(
-            f"{type(pe).__name__} is defined for causal attention only: "
-            "pass causal=True"
-        )
-    missing = [name for name in pe.side_inputs if name not in (inputs or {})]
-    if missing:
-        wanted = "; ".join(f"{m}: {pe.side_inputs[m]}" for m in missing)
-        raise ValueError(
-            f"{type(pe).__name__} needs the side input(s) {missing} in inputs= "
-            f"({wanted})"
-        )
-    return Positions.build(
-        b, i, j, q_pos, k_pos, causal, mask, inputs, pe.coord_axes, h, device
-    )
-
-
 def _attend(q, k, v, pe, pos: Positions, x, path: str, return_weights: bool):
     """Run a checked call on the reference or a backend."""
     if path not in PATHS:
@@ -176,22 +146,36 @@ def _attend(q, k, v, pe, pos: Positions, x, path: str, return_weights: bool):
 class MultiHeadAttention(nn.Module):
     """Multi-head self-attention whose positional behaviour comes from ``pe``'s hooks.
 
-    ``encode_input`` is not called here: it acts once on the embeddings
-    (``TinyTransformer``). The layer input ``x`` and the side ``inputs`` are handed to
-    ``attention``, so data-dependent (FoX) and structural (graph) encodings see them.
+    ``pe``: an encoding, a registered name (built with this layer's sizes:
+    ``pe="rope"``) or None (no encoding). An encoding whose term is added to the input
+    (``encode_input``: the sinusoidal and learned tables, ...) acts on the embeddings,
+    which this layer does not touch: it is refused unless ``input_encoded=True`` says
+    that the caller adds it (``x = pe.call_hook("encode_input", x, pos)``), as
+    ``TinyTransformer`` does once, for all its blocks. The layer input ``x`` and the
+    side ``inputs`` are handed to ``attention``, so data-dependent (FoX) and
+    structural (graph) encodings see them.
     """
 
     def __init__(
         self,
         d_model: int,
         n_heads: int,
-        pe: PositionalEncoding | None = None,
+        pe: PositionalEncoding | str | None = None,
         bias: bool = False,
+        input_encoded: bool = False,
     ):
         super().__init__()
         self.d_head = check_head_split(d_model, n_heads)
         self.d_model, self.n_heads = d_model, n_heads
-        self.pe = pe if pe is not None else PositionalEncoding()
+        self.pe = as_encoding(pe, d_model, n_heads)
+        if overrides(self.pe, "encode_input") and input_encoded is not True:
+            raise ValueError(
+                f"{type(self.pe).__name__} adds its term to the input "
+                "(encode_input), which MultiHeadAttention does not do: add it to x "
+                "yourself (x = pe.call_hook('encode_input', x, pos)) and pass "
+                "input_encoded=True, or use pl.TinyTransformer, which adds it once "
+                "to the embeddings"
+            )
         self.w_q, self.w_k, self.w_v, self.w_o = (
             nn.Linear(d_model, d_model, bias=bias) for _ in range(4)
         )
@@ -217,7 +201,8 @@ class MultiHeadAttention(nn.Module):
         ``(b, n, D)`` (and weights). ``positions``: prepared once for a whole model
         (``TinyTransformer``), instead of ``pos``, ``causal``, ``mask``, ``inputs``.
         ``cache``: decode ``x`` (the new tokens, at ``pos`` or after the cached ones)
-        against every token the ``KVCache`` holds, and add them to it."""
+        against every token the ``KVCache`` holds; the cache takes them once the call
+        has passed (a refused call leaves it as it was)."""
         if (
             not isinstance(x, torch.Tensor)
             or x.dim() != 3
@@ -231,18 +216,35 @@ class MultiHeadAttention(nn.Module):
         b, n, _ = x.shape
         q, k, v = (self._split(w(x)) for w in (self.w_q, self.w_k, self.w_v))
         if cache is not None:  # the new queries against every key so far
-            if positions is not None or inputs is not None or causal is not True:
+            if inputs is not None or (positions is None and causal is not True):
                 raise ValueError(
                     "a KV cache decodes causally on its own positions: pass "
-                    "causal=True, and neither positions= nor inputs="
+                    "causal=True, and no inputs="
                 )
-            k, v, x, positions = cache.extend(self.pe, q, k, v, x, pos, mask)
-        if positions is None:  # called on its own: the boundary
-            check_qkv(q, k, v, scale_of(self.pe, q))
-            positions = prepare(
-                self.pe, b, self.n_heads, n, n, pos, pos, causal, mask, inputs, x.device
-            )
-        res = _attend(q, k, v, self.pe, positions, x, path, return_weights)
+            cache.claim(self)
+            if positions is None:  # called on its own: the boundary
+                check_qkv(q, k, v, scale_of(self.pe, q))
+                positions = prepare_step(
+                    self.pe, cache, b, self.n_heads, n, pos, mask, x.device
+                )
+            elif pos is not None or mask is not None:
+                raise ValueError("pass either positions= or pos/mask, not both")
+            elif positions.k.shape[1] != len(cache) + n:
+                raise ValueError(
+                    f"positions were prepared for {positions.k.shape[1]} keys; this "
+                    f"cache holds {len(cache)} tokens and the call adds {n}"
+                )
+            k, v, x = cache.joined(k, v, x)  # every key, the new ones last
+            res = _attend(q, k, v, self.pe, positions, x, path, return_weights)
+            cache.store(k, v, positions.k, x)  # the call passed: keep the tokens
+        else:
+            if positions is None:  # called on its own: the boundary
+                check_qkv(q, k, v, scale_of(self.pe, q))
+                positions = prepare(
+                    self.pe, b, self.n_heads, n, n, pos, pos, causal, mask, inputs,
+                    x.device,
+                )  # fmt: skip
+            res = _attend(q, k, v, self.pe, positions, x, path, return_weights)
         out, weights = res if return_weights else (res, None)
         out = self.w_o(out.transpose(1, 2).reshape(b, n, self.d_model))  # (b, n, D)
         return (out, weights) if return_weights else out

@@ -15,14 +15,18 @@ One ``KVCache`` per attention layer keeps, for every token seen so far:
   through ``ctx.x`` (FoX's forget gates, the log gates of every token between a query
   and a key).
 
-A cached call hands the hooks the new queries (the last ``i`` of the ``j`` keys) and
-every key, causal, as ``pl.attention`` does for a KV cache by default. Encodings that
-cannot serve such a call (they need every query of the sequence at once) refuse it with
-their own error, as they do in ``attention``; ``tests/test_cache.py`` checks both, for
-every registered causal encoding.
+The cache is storage: it checks nothing and calls nothing. The layer (or the model,
+for all its layers at once) prepares the call's positions, joins the cached tokens
+with the new ones (``joined``, which changes nothing), attends, and only then
+``store``s them, so a call that is refused leaves the cache as it was. A cache
+belongs to one layer (``claim``): the keys of one layer are wrong for any other.
+``tests/test_cache.py`` checks every registered causal encoding against a full
+forward pass.
 """
 
 from __future__ import annotations
+
+import weakref
 
 import torch
 
@@ -31,54 +35,57 @@ __all__ = ["KVCache"]
 
 class KVCache:
     """Keys, values, positions and layer inputs of the tokens one attention layer has
-    seen. Empty at first; ``MultiHeadAttention(x, causal=True, cache=c)`` extends it in
-    place (only once the call's inputs passed their checks)."""
+    seen. Empty at first; ``MultiHeadAttention(x, causal=True, cache=c)`` (or a
+    ``TinyTransformer`` given ``model.new_cache()``) fills it once a call has passed."""
 
     def __init__(self):
         self.k = self.v = self.pos = self.x = None
+        self._owner = None  # a weak reference to the layer it belongs to
 
     def __len__(self) -> int:
         return 0 if self.k is None else self.k.shape[2]
 
+    def claim(self, layer: object) -> None:
+        """Bind the cache to ``layer`` (its first user), or refuse another layer."""
+        owner = None if self._owner is None else self._owner()
+        if owner is None:
+            self._owner = weakref.ref(layer)
+        elif owner is not layer:
+            raise ValueError(
+                "this KVCache belongs to another attention layer (it holds that "
+                "layer's keys and values): give each layer its own KVCache, e.g. "
+                "model.new_cache() for a TinyTransformer"
+            )
+
     def next_positions(self, n: int, device) -> torch.Tensor:
-        """``(1, n)``: the positions after the cached ones (0.. when empty)."""
+        """``(1|b, n)``: the positions after the cached ones (0.. when empty)."""
         start = 0 if self.pos is None else self.pos[:, -1:] + 1  # (1|b, 1)
         return start + torch.arange(n, device=device)[None]  # (1|b, n)
 
-    def joined(self, k, v, pos, x):
-        """Everything cached followed by ``k``, ``v`` ``(b, h, n, d)``, ``pos``
-        ``(1|b, n)``, ``x`` ``(b, n, D)`` (the cache itself is not changed)."""
-        if self.k is not None:
-            if k.shape[:2] != self.k.shape[:2] or x.shape[-1] != self.x.shape[-1]:
-                raise ValueError(
-                    f"this cache holds batch and heads {tuple(self.k.shape[:2])} and "
-                    f"width {self.x.shape[-1]}; got k {tuple(k.shape)}, "
-                    f"x {tuple(x.shape)}: use one cache per layer and sequence batch"
-                )
-            k = torch.cat([self.k, k], dim=2)  # (b, h, j, d)
-            v = torch.cat([self.v, v], dim=2)
-            rows = max(self.pos.shape[0], pos.shape[0])  # (1|b, j[, a]) positions
-            tail = [-1] * (pos.dim() - 1)
-            pos = torch.cat([self.pos.expand(rows, *tail), pos.expand(rows, *tail)], 1)
-            x = torch.cat([self.x, x], dim=1)  # (b, j, D)
-        return k, v, pos, x
+    def joined_positions(self, pos: torch.Tensor) -> torch.Tensor:
+        """Every cached position followed by ``pos`` ``(1|b, n[, a])``."""
+        if self.pos is None:
+            return pos
+        rows = max(self.pos.shape[0], pos.shape[0])
+        tail = [-1] * (pos.dim() - 1)
+        return torch.cat([self.pos.expand(rows, *tail), pos.expand(rows, *tail)], 1)
 
-    def extend(self, pe, q, k, v, x, pos, mask):
-        """One cached call of a layer: cache the new tokens' ``k``, ``v``, ``x`` (at
-        ``pos``, or after the cached positions) and return every key's ``k``, ``v``,
-        ``x`` with the call's ``Positions`` (new queries, every key, causal)."""
-        from .attention import prepare, scale_of
-        from .utils import check_qkv
+    def joined(self, k, v, x):
+        """Everything cached followed by ``k``, ``v`` ``(b, h, n, d)`` and ``x``
+        ``(b, n, D)``; the cache itself is not changed."""
+        if self.k is None:
+            return k, v, x
+        if k.shape[:2] != self.k.shape[:2] or x.shape[-1] != self.x.shape[-1]:
+            raise ValueError(
+                f"this cache holds batch and heads {tuple(self.k.shape[:2])} and width "
+                f"{self.x.shape[-1]}; got k {tuple(k.shape)}, x {tuple(x.shape)}: use "
+                "one cache per layer and sequence batch"
+            )
+        k = torch.cat([self.k, k], dim=2)  # (b, h, j, d)
+        v = torch.cat([self.v, v], dim=2)
+        return k, v, torch.cat([self.x, x], dim=1)  # (b, j, D)
 
-        b, h, n, _ = q.shape
-        pos = self.next_positions(n, q.device) if pos is None else pos
-        pos = torch.as_tensor(pos, device=q.device)
-        if pos.dim() == (1 if pe.coord_axes is None else 2):
-            pos = pos[None]  # (1, n[, a])
-        k, v, k_pos, x = self.joined(k, v, pos, x)  # every key, new ones last
-        positions = prepare(
-            pe, b, h, n, k.shape[2], pos, k_pos, True, mask, None, q.device
-        )
-        check_qkv(q, k, v, scale_of(pe, q))
-        self.k, self.v, self.pos, self.x = k, v, positions.k, x  # checked: kept
-        return k, v, x, positions
+    def store(self, k, v, pos, x) -> None:
+        """Keep every token's ``k``, ``v`` ``(b, h, j, d)``, ``pos`` ``(1|b, j)`` and
+        ``x`` ``(b, j, D)``: what ``joined`` returned, after the call passed."""
+        self.k, self.v, self.pos, self.x = k, v, pos, x

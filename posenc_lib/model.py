@@ -14,10 +14,11 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention, prepare
+from .attention import MultiHeadAttention
 from .base import Context, PositionalEncoding, overrides
 from .cache import KVCache
-from .positions import Positions
+from .positions import Positions, prepare, prepare_step
+from .registry import as_encoding
 from .utils import check_positive_int, check_same_device, compiling
 
 __all__ = ["TinyTransformer", "Block"]
@@ -29,21 +30,20 @@ class Block(nn.Module):
     def __init__(self, d_model: int, n_heads: int, pe: PositionalEncoding, d_ff: int):
         super().__init__()
         self.ln1 = nn.LayerNorm(d_model)
-        self.attn = MultiHeadAttention(d_model, n_heads, pe)
+        # the model adds pe's input term (encode_input) once, to the embeddings
+        self.attn = MultiHeadAttention(d_model, n_heads, pe, input_encoded=True)
         self.ln2 = nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(
             nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model)
         )
 
     def forward(
-        self, x: torch.Tensor, positions: Positions | None = None, cache=None, pos=None
+        self, x: torch.Tensor, positions: Positions, cache: KVCache | None = None
     ) -> torch.Tensor:
-        """x ``(b, n, D)`` -> ``(b, n, D)``; ``positions`` prepared once per forward,
-        or (decoding) the block's ``KVCache`` and the new tokens' ``pos``."""
-        if cache is None:
-            x = x + self.attn(self.ln1(x), positions=positions)
-        else:
-            x = x + self.attn(self.ln1(x), pos, causal=True, cache=cache)
+        """x ``(b, n, D)`` -> ``(b, n, D)``; ``positions`` prepared once per forward
+        pass (or decoding step, with the block's ``KVCache``)."""
+        h = self.ln1(x)
+        x = x + self.attn(h, causal=cache is not None, positions=positions, cache=cache)
         return x + self.mlp(self.ln2(x))
 
 
@@ -114,10 +114,14 @@ class TinyTransformer(nn.Module):
         if d_ff is not None:
             check_positive_int(d_ff, "d_ff")  # 0 would be a block without its MLP
         if isinstance(pe, (list, tuple)):
+            pe = [
+                as_encoding(p, d_model, n_heads) if isinstance(p, str) else p
+                for p in pe
+            ]
             layer_pe = _check_layer_encodings(pe, n_layers, share_pe)
             self.pe = layer_pe[0]
         else:
-            self.pe = pe if pe is not None else PositionalEncoding()
+            self.pe = as_encoding(pe, d_model, n_heads)
             # block 0 uses self.pe itself, so no copy is left without a gradient
             layer_pe = [
                 self.pe if share_pe or layer == 0 else copy.deepcopy(self.pe)
@@ -178,14 +182,7 @@ class TinyTransformer(nn.Module):
         positions = prepare(
             self.pe, b, heads, n, n, pos, pos, causal, mask, inputs, tokens.device
         )
-        seen = {type(self.pe)}
-        for block in self.blocks:  # another layer's class requirements, once per class
-            pe = block.attn.pe
-            if type(pe) not in seen and (pe.causal_only or pe.side_inputs):
-                seen.add(type(pe))  # checked on one default position: no data, no sync
-                prepare(
-                    pe, 1, heads, 1, 1, None, None, causal, None, inputs, tokens.device
-                )
+        self._check_other_layers(causal, inputs, tokens.device)
         x = self.embed(tokens)  # (b, n, D)
         ctx = Context(x=x, causal=causal, inputs=positions.inputs, positions=positions)
         x = self.pe.call_hook("encode_input", x, positions.q, ctx=ctx)
@@ -206,14 +203,31 @@ class TinyTransformer(nn.Module):
         ``pos``, ``inputs`` and ``cache`` as in ``hidden``."""
         return self.head(self.hidden(tokens, pos, causal, mask, inputs, cache))
 
+    def _check_other_layers(self, causal, inputs, device) -> None:
+        """Another layer's class requirements (``causal_only``, ``side_inputs``),
+        once per class, on one default position: no data, no host sync."""
+        seen = {type(self.pe)}
+        heads = self.blocks[0].attn.n_heads
+        for block in self.blocks:
+            pe = block.attn.pe
+            if type(pe) not in seen and (pe.causal_only or pe.side_inputs):
+                seen.add(type(pe))
+                prepare(pe, 1, heads, 1, 1, None, None, causal, None, inputs, device)
+
     def new_cache(self) -> list[KVCache]:
-        """One empty ``KVCache`` per block: ``model(prompt, cache=c)``, then
-        ``model(next_tokens, cache=c)`` gives the logits a full forward pass over the
-        whole sequence gives at those tokens (``tests/test_cache.py``)."""
-        return [KVCache() for _ in self.blocks]
+        """One empty ``KVCache`` per block, each bound to its block's attention:
+        ``model(prompt, cache=c)``, then ``model(next_tokens, cache=c)`` gives the
+        logits a full forward pass over the whole sequence gives at those tokens
+        (``tests/test_cache.py``)."""
+        caches = [KVCache() for _ in self.blocks]
+        for block, c in zip(self.blocks, caches):
+            c.claim(block.attn)
+        return caches
 
     def _decode(self, tokens, pos, causal, mask, inputs, cache) -> torch.Tensor:
-        """``hidden`` for the new ``tokens`` against every token ``cache`` holds."""
+        """``hidden`` for the new ``tokens`` against every token ``cache`` holds: the
+        step's positions are prepared once and handed to every block, as in a full
+        forward pass (two host syncs per step, whatever the depth)."""
         if causal is not True or inputs is not None or mask is not None:
             raise ValueError(
                 "a KV cache decodes causally: pass causal=True, and neither mask= "
@@ -228,6 +242,18 @@ class TinyTransformer(nn.Module):
                 f"cache must be model.new_cache() (one KVCache per block, "
                 f"{len(self.blocks)}), got {type(cache).__name__}"
             )
+        if len({id(c) for c in cache}) != len(cache):
+            raise ValueError(
+                "cache holds the same KVCache for two blocks: each block needs its "
+                "own (model.new_cache())"
+            )
+        if len({len(c) for c in cache}) != 1:
+            raise ValueError(
+                "the blocks' caches hold different numbers of tokens: start again "
+                "from model.new_cache()"
+            )
+        for block, layer_cache in zip(self.blocks, cache):
+            layer_cache.claim(block.attn)  # another model's cache is refused here
         for pe in [self.pe] + [block.attn.pe for block in self.blocks]:
             why = getattr(pe, "no_cache_reason", None)
             if why is not None:
@@ -235,17 +261,18 @@ class TinyTransformer(nn.Module):
                     f"{type(pe).__name__} cannot decode with a cache: {why}"
                 )
         b, n = tokens.shape
-        pos = cache[0].next_positions(n, tokens.device) if pos is None else pos
         heads = self.blocks[0].attn.n_heads
-        # the new tokens' positions, for encode_input (each layer checks its call)
-        new = prepare(
-            self.pe, b, heads, n, n, pos, pos, True, None, None, tokens.device
+        # the new queries against every key: the same for every block (their caches
+        # hold the same tokens), prepared once
+        positions = prepare_step(
+            self.pe, cache[0], b, heads, n, pos, None, tokens.device
         )
+        self._check_other_layers(True, None, tokens.device)
         x = self.embed(tokens)  # (b, n, D)
-        ctx = Context(x=x, causal=True, positions=new)
-        x = self.pe.call_hook("encode_input", x, new.q, ctx=ctx)
+        ctx = Context(x=x, causal=True, positions=positions)
+        x = self.pe.call_hook("encode_input", x, positions.q, ctx=ctx)
         for block, layer_cache in zip(self.blocks, cache):
-            x = block(x, cache=layer_cache, pos=new.q)
+            x = block(x, positions, cache=layer_cache)
         return self.ln_f(x)
 
     def attention_input(

@@ -22,6 +22,8 @@ from .utils import check_bool_mask, check_integer, compiling
 
 __all__ = [
     "as_positions",
+    "prepare",
+    "prepare_step",
     "Positions",
     "normalize_positions",
     "position_facts",
@@ -284,3 +286,48 @@ def as_positions(
     if pos.numel() and int(pos.min()) < 0:
         raise ValueError(f"{name} must be >= 0, got a minimum of {int(pos.min())}")
     return pos.expand(b, *pos.shape[1:])
+
+
+def prepare(
+    pe,
+    b,
+    h,
+    i,
+    j,
+    q_pos=None,
+    k_pos=None,
+    causal=False,
+    mask=None,
+    inputs=None,
+    device=None,
+) -> Positions:
+    """The ``Positions`` of a call (or a forward pass, or a decoding step): every
+    check that depends on the call and not on the layer, run once, against what the
+    encoding ``pe`` requires (``causal_only``, ``side_inputs``, ``coord_axes``)."""
+    if pe.causal_only and causal is not True:
+        raise ValueError(
+            f"{type(pe).__name__} is defined for causal attention only: "
+            "pass causal=True"
+        )
+    missing = [name for name in pe.side_inputs if name not in (inputs or {})]
+    if missing:
+        wanted = "; ".join(f"{m}: {pe.side_inputs[m]}" for m in missing)
+        raise ValueError(
+            f"{type(pe).__name__} needs the side input(s) {missing} in inputs= "
+            f"({wanted})"
+        )
+    return Positions.build(
+        b, i, j, q_pos, k_pos, causal, mask, inputs, pe.coord_axes, h, device
+    )
+
+
+def prepare_step(pe, cache, b: int, h: int, n: int, pos, mask, device) -> Positions:
+    """The ``Positions`` of a decoding step: ``n`` new queries (at ``pos``, or after
+    the tokens a ``KVCache`` holds) against every cached key and the new ones, causal.
+    One host synchronisation (the position checks); a model prepares them once per
+    step, for every layer (whose caches hold the same tokens)."""
+    if pos is None:
+        pos = cache.next_positions(n, device)
+    new = normalize_positions(pos, b, n, "pos", pe.coord_axes, device)
+    keys = cache.joined_positions(new)  # (1|b, j[, a])
+    return prepare(pe, b, h, n, keys.shape[1], new, keys, True, mask, None, device)

@@ -20,7 +20,7 @@ from typing import Callable
 from .base import PositionalEncoding
 from .utils import check_head_split, check_positive_int
 
-__all__ = ["REGISTRY", "NEEDS_MAX_LEN", "register", "make_encoding"]
+__all__ = ["REGISTRY", "NEEDS_MAX_LEN", "register", "make_encoding", "as_encoding"]
 
 Factory = Callable[..., PositionalEncoding]
 REGISTRY: dict[str, Factory] = {}
@@ -65,3 +65,30 @@ def make_encoding(
             "sized by it; pass make_encoding(name, d_model, n_heads, max_len=...)"
         )
     return REGISTRY[name](d_model=d_model, n_heads=n_heads, max_len=max_len)
+
+
+def as_encoding(pe: object, d_model: int, n_heads: int) -> PositionalEncoding:
+    """What a layer or a model accepts as ``pe=``: an encoding, a registered name
+    (built with the layer's sizes, ``make_encoding(pe, d_model, n_heads)``), or None
+    (no encoding); anything else is refused here, at construction."""
+    if pe is None:
+        return PositionalEncoding()
+    if isinstance(pe, PositionalEncoding):
+        return pe
+    if isinstance(pe, str):
+        if pe not in REGISTRY:
+            raise KeyError(
+                f"pe={pe!r} is not a registered encoding; registered: "
+                f"{', '.join(sorted(REGISTRY))}"
+            )
+        if pe in NEEDS_MAX_LEN:
+            raise TypeError(
+                f"pe={pe!r} is sized by the training length: build it with "
+                f"pl.make_encoding({pe!r}, d_model, n_heads, max_len=...) and pass "
+                "the encoding"
+            )
+        return make_encoding(pe, d_model, n_heads)
+    raise TypeError(
+        "pe must be a PositionalEncoding, a registered name (e.g. 'rope') or None, "
+        f"got {type(pe).__name__}"
+    )

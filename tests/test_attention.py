@@ -7,6 +7,7 @@ import torch
 from torch.testing import assert_close
 
 import posenc_lib as pl
+from posenc_lib.base import overrides
 
 
 def qkv(b=2, h=3, i=5, j=5, d=8, dtype=torch.float64):
@@ -438,3 +439,60 @@ def test_integer_tensors_and_bad_masks_are_still_clear_errors():
         pl.attention(q, k, v, mask=torch.ones(3, 3, dtype=torch.bool), path="fast")
     with pytest.raises(ValueError, match="path must be one of"):
         pl.attention(q, k, v, path="sdpa")
+
+
+# ---- no silent no-ops: what pe= accepts, and where an input term goes ----
+
+
+def test_pe_takes_a_registered_name_built_with_the_layers_sizes():
+    torch.manual_seed(0)
+    by_name = pl.MultiHeadAttention(64, 4, pe="rope")
+    assert isinstance(by_name.pe, pl.RoPE) and by_name.pe.d_head == 16
+    by_object = pl.MultiHeadAttention(64, 4, pe=pl.make_encoding("rope", 64, 4))
+    by_object.load_state_dict(by_name.state_dict())
+    x = torch.randn(2, 7, 64)
+    assert_close(by_name(x, causal=True), by_object(x, causal=True))
+    model = pl.TinyTransformer(20, 64, 4, 2, pe="alibi")
+    assert isinstance(model.pe, pl.ALiBi) and model(torch.zeros(1, 5).long()).shape
+    hybrid = pl.TinyTransformer(20, 64, 4, 2, pe=["rope", "nope"])
+    assert [type(b.attn.pe).__name__ for b in hybrid.blocks] == ["Rotary", "NoPE"]
+
+
+@pytest.mark.parametrize(
+    "pe, error, says",
+    [
+        ("rope2", KeyError, "not a registered encoding"),
+        ("learned", TypeError, "max_len"),
+        (3, TypeError, "PositionalEncoding, a registered name"),
+        (pl.RoPE, TypeError, "PositionalEncoding, a registered name"),
+    ],
+)
+def test_pe_refuses_anything_else_at_construction(pe, error, says):
+    with pytest.raises(error, match=says):
+        pl.MultiHeadAttention(64, 4, pe=pe)
+    with pytest.raises(error, match=says):
+        pl.TinyTransformer(20, 64, 4, 2, pe=pe)
+
+
+INPUT_ENCODINGS = sorted(
+    name
+    for name in pl.REGISTRY
+    if overrides(pl.make_encoding(name, 32, 4, max_len=64), "encode_input")
+)
+
+
+def test_some_encodings_add_an_input_term():
+    assert {"sinusoidal", "learned", "axial"} <= set(INPUT_ENCODINGS)
+
+
+@pytest.mark.parametrize("name", INPUT_ENCODINGS)
+def test_a_lone_layer_refuses_an_input_encoding_and_says_where_it_goes(name):
+    """A layer never adds an input term (it acts on the embeddings): such an encoding
+    used to be accepted and ignored, the layer then equal to NoPE."""
+    pe = pl.make_encoding(name, 32, 4, max_len=64)
+    with pytest.raises(ValueError, match=r"encode_input.*input_encoded=True.*Tiny"):
+        pl.MultiHeadAttention(32, 4, pe=pe)
+    layer = pl.MultiHeadAttention(32, 4, pe=pe, input_encoded=True)
+    assert layer.pe is pe
+    model = pl.TinyTransformer(20, 32, 4, 1, pe=pe)  # the model adds it, once
+    assert model.pe is pe

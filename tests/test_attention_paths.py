@@ -72,7 +72,7 @@ def test_runs_of_positions_use_the_kernels_causal_mode(sdpa_calls, name, pos):
 def test_coordinates_are_causal_in_token_order_without_a_mask(sdpa_calls):
     pe = pl.make_encoding("sincos_2d", d_model=32, n_heads=4, max_len=64).double()
     x = torch.randn(2, 9, 32, dtype=torch.float64)
-    mha = pl.MultiHeadAttention(32, 4, pe).double()
+    mha = pl.MultiHeadAttention(32, 4, pe, input_encoded=True).double()
     pos = pe.example_positions(2, 9)
     out = mha(x, pos, causal=True)
     assert [(c[2], c[3]) for c in sdpa_calls] == [(None, True)]
@@ -153,7 +153,7 @@ def test_a_side_input_edited_in_place_is_seen_by_the_next_call():
     not move; a cache keyed on it returned the previous call's bias (off by 0.0096).
     With nothing kept across calls, the next call reads the new distances."""
     pe = pl.make_encoding("graphormer", d_model=32, n_heads=4, max_len=64).double()
-    mha = pl.MultiHeadAttention(32, 4, pe).double()
+    mha = pl.MultiHeadAttention(32, 4, pe, input_encoded=True).double()
     inputs = pe.example_inputs(2, 9, torch.Generator().manual_seed(0))
     x = torch.randn(2, 9, 32, dtype=torch.float64)
     with torch.no_grad():
@@ -190,7 +190,9 @@ def test_training_gets_gradients_on_every_step_without_a_stale_graph():
     for path in ("fast", "slow"):
         torch.manual_seed(0)
         pe = pl.make_encoding("t5", d_model=32, n_heads=4, max_len=64)
-        layers = [pl.MultiHeadAttention(32, 4, pe) for _ in range(2)]  # one table
+        layers = [
+            pl.MultiHeadAttention(32, 4, pe, input_encoded=True) for _ in range(2)
+        ]  # one table
         x = torch.randn(2, 9, 32)
         for _ in range(2):  # accumulate
             h = x

@@ -38,7 +38,7 @@ def _decode(attn, x, pos, steps):
 def test_cached_decoding_equals_the_full_forward_or_is_refused(name):
     torch.manual_seed(0)
     pe = pl.make_encoding(name, D_MODEL, N_HEADS, max_len=32)
-    attn = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe).double()
+    attn = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe, input_encoded=True).double()
     x = torch.randn(2, 9, D_MODEL, dtype=torch.float64)
     pos = torch.arange(3, 12)  # not starting at 0: positions, not token counts
     full = attn(x, pos, causal=True)
@@ -127,3 +127,67 @@ def test_conv_pos_refuses_a_cache_with_the_reason():
         model(torch.zeros(1, 3, dtype=torch.long), cache=model.new_cache())
     with pytest.raises(ValueError, match="one KVCache per block"):
         model(torch.zeros(1, 3, dtype=torch.long), cache=[pl.KVCache()] * 2)
+
+
+# ---- one decode path: positions prepared once per step, a cache per layer ----
+
+
+@pytest.mark.parametrize("name", ["rope", "alibi", "fox"])
+def test_a_decoding_step_syncs_the_host_twice_whatever_the_depth(name):
+    """A step prepares its positions once for every layer, as a forward pass does:
+    the vocabulary check and the position checks, flat in depth."""
+    syncs = {}
+    for depth in (2, 4, 8):
+        torch.manual_seed(0)
+        pe = pl.make_encoding(name, D_MODEL, N_HEADS, max_len=32)
+        model = pl.TinyTransformer(11, D_MODEL, N_HEADS, depth, pe).eval()
+        cache = model.new_cache()
+        with torch.no_grad():
+            model(torch.randint(0, 11, (1, 5)), cache=cache)
+            _, syncs[depth] = pl.count_host_syncs(
+                lambda: model(torch.randint(0, 11, (1, 1)), cache=cache)
+            )
+    assert max(syncs.values()) <= 2 and len(set(syncs.values())) == 1, syncs
+
+
+def test_a_cache_belongs_to_one_layer_of_one_model():
+    torch.manual_seed(0)
+    pe = pl.make_encoding("rope", D_MODEL, N_HEADS)
+    model = pl.TinyTransformer(11, D_MODEL, N_HEADS, 2, pe).eval()
+    other = pl.TinyTransformer(11, D_MODEL, N_HEADS, 2, pe).eval()
+    tokens = torch.randint(0, 11, (1, 4))
+    c = model.new_cache()
+    with pytest.raises(ValueError, match="same KVCache for two blocks"):
+        model(tokens, cache=[c[0], c[0]])
+    with pytest.raises(ValueError, match="belongs to another attention layer"):
+        other(tokens, cache=c)  # another model's cache
+    with pytest.raises(ValueError, match="belongs to another attention layer"):
+        model(tokens, cache=[c[1], c[0]])  # the blocks' caches swapped
+    assert [len(x) for x in c] == [0, 0]  # every refusal came before any layer ran
+    a, b = (pl.MultiHeadAttention(D_MODEL, N_HEADS, pe) for _ in range(2))
+    shared = pl.KVCache()
+    a(torch.randn(1, 3, D_MODEL), causal=True, cache=shared)
+    with pytest.raises(ValueError, match="belongs to another attention layer"):
+        b(torch.randn(1, 3, D_MODEL), causal=True, cache=shared)
+    assert len(shared) == 3
+
+
+def test_a_refused_cached_call_leaves_the_cache_as_it_was():
+    """A call refused after the checks (a bad path, a hook's head count) used to have
+    extended the cache already, so the retry attended to the refused tokens too."""
+    torch.manual_seed(0)
+    attn = pl.MultiHeadAttention(D_MODEL, N_HEADS, pl.make_encoding("alibi", 16, 2))
+    x = torch.randn(1, 6, D_MODEL)
+    full = attn(x, causal=True)
+    cache = pl.KVCache()
+    first = attn(x[:, :4], causal=True, cache=cache)
+    with pytest.raises(ValueError, match="path must be one of"):
+        attn(x[:, 4:], causal=True, cache=cache, path="bogus")
+    assert len(cache) == 4
+    retry = attn(x[:, 4:], causal=True, cache=cache)
+    assert_close(torch.cat([first, retry], 1), full)
+    wrong_heads = pl.MultiHeadAttention(D_MODEL, N_HEADS, pl.ALiBi(N_HEADS + 2))
+    cache = pl.KVCache()
+    with pytest.raises(ValueError, match="heads"):
+        wrong_heads(x[:, :2], causal=True, cache=cache)
+    assert len(cache) == 0

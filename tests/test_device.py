@@ -112,6 +112,7 @@ def test_the_fake_device_trains_a_module_on_real_values():
             loss.backward()
             opt.step()
         assert_on(torch.device("cuda"), *model.parameters(), model.weight.grad)
+        assert_on(torch.device("cuda"), *copy.deepcopy(model).parameters())
     opt = torch.optim.AdamW(twin.parameters(), lr=0.1)
     for _ in range(3):
         loss = ((twin(x) - y) ** 2).mean()
@@ -128,7 +129,7 @@ def test_the_fake_device_trains_a_module_on_real_values():
 def test_attention_on_every_path_runs_on_the_device_as_on_the_cpu(name, device):
     torch.manual_seed(0)
     pe = build(name)
-    host = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe)
+    host = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe, input_encoded=True)
     gpu = copy.deepcopy(host).to(device)
     assert_on(device, *gpu.parameters(), *gpu.buffers())
     x = torch.randn(2, 10, D_MODEL)

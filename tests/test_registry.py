@@ -60,7 +60,7 @@ def test_fast_path_equals_slow_path(name, causal):
     pe = build(name).double()
     if pe.causal_only and not causal:
         pytest.skip(f"{name} is defined causally only (refusal tested below)")
-    mha = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe).double()
+    mha = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe, input_encoded=True).double()
     x = torch.randn(2, 12, D_MODEL, dtype=torch.float64)
     pos, inputs = example(pe, 2, 12, shift=3)
     slow = mha(x, pos, causal=causal, path="slow", inputs=inputs)
@@ -104,7 +104,7 @@ def test_fast_path_equals_slow_path_for_gaps_and_after_a_training_step(
         pytest.skip(f"{name} is defined causally only")
     if pe.needs_score_path:
         pytest.skip(f"{name} has no fast path (overrides a hook past score_bias)")
-    mha = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe).double()
+    mha = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe, input_encoded=True).double()
     x = torch.randn(2, 12, D_MODEL, dtype=torch.float64)
     pos, inputs = positions(pe, 2, 12, kind)
     for _ in range(2):
@@ -124,7 +124,7 @@ def test_flex_path_equals_slow_path_or_is_refused_with_the_reason(name, causal, 
     pe = build(name)
     if pe.causal_only and not causal:
         pytest.skip(f"{name} is defined causally only")
-    mha = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe)
+    mha = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe, input_encoded=True)
     x = torch.randn(2, 12, D_MODEL)
     pos, inputs = positions(pe, 2, 12, kind)
     for _ in range(2):
@@ -189,7 +189,9 @@ def test_causal_only_encodings_refuse_bidirectional_attention(name):
     x = torch.randn(1, 6, D_MODEL)
     pos, inputs = example(pe, 1, 6)
     with pytest.raises(ValueError, match="causal attention only"):
-        pl.MultiHeadAttention(D_MODEL, N_HEADS, pe)(x, pos, causal=False, inputs=inputs)
+        pl.MultiHeadAttention(D_MODEL, N_HEADS, pe, input_encoded=True)(
+            x, pos, causal=False, inputs=inputs
+        )
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if build(n).side_inputs])
@@ -199,7 +201,9 @@ def test_missing_side_inputs_are_named(name):
     pos, _ = example(pe, 1, 6)
     missing = next(iter(pe.side_inputs))
     with pytest.raises(ValueError, match=f"needs the side input.*{missing}"):
-        pl.MultiHeadAttention(D_MODEL, N_HEADS, pe)(x, pos, causal=True)
+        pl.MultiHeadAttention(D_MODEL, N_HEADS, pe, input_encoded=True)(
+            x, pos, causal=True
+        )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -211,7 +215,7 @@ def test_positions_of_the_wrong_kind_are_refused(name):
     wrong = torch.zeros(1, 6, 2, dtype=torch.long) if pe.coord_axes is None else None
     wrong = torch.arange(6)[None] if pe.coord_axes is not None else wrong
     with pytest.raises(ValueError, match="pos must have shape"):
-        pl.MultiHeadAttention(D_MODEL, N_HEADS, pe)(
+        pl.MultiHeadAttention(D_MODEL, N_HEADS, pe, input_encoded=True)(
             x, wrong, causal=True, inputs=inputs
         )
 

@@ -151,7 +151,9 @@ def test_bad_layer_lists_are_refused_with_the_reason():
     with pytest.raises(ValueError, match="one encoding per layer: n_layers=3, got 2"):
         pl.TinyTransformer(16, 32, 4, 3, pe=[rope, rope])
     with pytest.raises(TypeError, match=r"pe\[1\] must be a PositionalEncoding"):
-        pl.TinyTransformer(16, 32, 4, 2, pe=[rope, "nope"])
+        pl.TinyTransformer(16, 32, 4, 2, pe=[rope, 3])
+    with pytest.raises(KeyError, match="not a registered encoding"):
+        pl.TinyTransformer(16, 32, 4, 2, pe=[rope, "nope2"])
     with pytest.raises(ValueError, match="only pe\\[0\\] encodes the input"):
         pl.TinyTransformer(16, 32, 4, 2, pe=[rope, pl.Sinusoidal(32)])
     with pytest.raises(ValueError, match="share_pe=False"):

@@ -226,6 +226,16 @@ def _cuda_state():
     }
 
 
+_PARAMETER_NEW = torch.nn.Parameter.__new__
+
+
+def _parameter_new(cls, data=None, requires_grad=True):
+    """``nn.Parameter(t)`` makes a new Python object (``copy.deepcopy`` of a module
+    does): it stays on the device of ``t``."""
+    param = _PARAMETER_NEW(cls, data, requires_grad)
+    return _mark(param) if on_fake_cuda(data) else param
+
+
 @contextlib.contextmanager
 def fake_cuda():
     """Inside: a CUDA device that computes on the CPU (see the module)."""
@@ -233,10 +243,12 @@ def fake_cuda():
     saved = {name: getattr(torch.cuda, name) for name in patches}
     for name, value in patches.items():
         setattr(torch.cuda, name, value)
+    torch.nn.Parameter.__new__ = _parameter_new
     try:
         with FakeCudaMode():
             yield
     finally:
+        torch.nn.Parameter.__new__ = _PARAMETER_NEW
         for name, value in saved.items():
             setattr(torch.cuda, name, value)
 
