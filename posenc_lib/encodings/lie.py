@@ -75,9 +75,12 @@ def lie_rotation(
 
     ``coords`` ``(b, n, a)`` (integers or floats); ``generators`` ``(a, d, d)`` ->
     ``(b, n, d, d)``, or per head ``(a, h, d, d)`` -> ``(b, h, n, d, d)``, in the
-    generators' floating dtype. The generators must be skew-symmetric (``G^T = -G``,
-    to ``atol``): a ``ValueError`` says so otherwise (build them with
-    ``skew_symmetric(P)``), since the exponential of anything else is not a rotation.
+    generators' floating dtype. The exponential is taken in float32 at least:
+    ``torch.matrix_exp`` returns NaN in float16 and bfloat16, so half-precision
+    generators are exponentiated in float32 and the rotation cast back to their dtype.
+    The generators must be skew-symmetric (``G^T = -G``, to ``atol``): a
+    ``ValueError`` says so otherwise (build them with ``skew_symmetric(P)``), since the
+    exponential of anything else is not a rotation.
     """
     if not isinstance(coords, torch.Tensor) or coords.dim() != 3:
         raise ValueError(
@@ -104,20 +107,25 @@ def lie_rotation(
             "generators must be skew-symmetric (G^T = -G), got max |G + G^T| = "
             f"{float(gap):.3g}: build them with skew_symmetric(P) = P - P^T"
         )
-    p = coords.to(generators.dtype)
+    work = torch.promote_types(generators.dtype, torch.float32)  # matrix_exp's
+    p, gens = coords.to(work), generators.to(work)
     # A(p) = sum_a p_a G_a
     if generators.dim() == 3:
-        lie = torch.einsum("bna,ade->bnde", p, generators)  # (b, n, d, d)
+        lie = torch.einsum("bna,ade->bnde", p, gens)  # (b, n, d, d)
     else:
-        lie = torch.einsum("bna,ahde->bhnde", p, generators)  # (b, h, n, d, d)
-    return torch.matrix_exp(lie.contiguous())
+        lie = torch.einsum("bna,ahde->bhnde", p, gens)  # (b, h, n, d, d)
+    return torch.matrix_exp(lie.contiguous()).to(generators.dtype)
 
 
 def _block_rotate(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
     """``x`` ``(b, h, n, d)``, ``rot`` ``(b, h|1, n, m, s, s)`` with ``m s = d`` ->
-    ``R x`` block by block, ``(b, h, n, d)``."""
+    ``R x`` block by block, ``(b, h, n, d)`` in ``x``'s dtype; computed in the wider
+    of the two dtypes (a float32 ``rot`` rotates a bfloat16 ``x`` in float32)."""
+    work = torch.promote_types(rot.dtype, x.dtype)
     blocks = x.unflatten(-1, (rot.shape[-3], rot.shape[-1]))  # (b, h, n, m, s)
-    return torch.einsum("bhnmst,bhnmt->bhnms", rot.to(x.dtype), blocks).flatten(-2)
+    # (R x)_ms = sum_t R_mst x_mt
+    out = torch.einsum("bhnmst,bhnmt->bhnms", rot.to(work), blocks.to(work))
+    return out.flatten(-2).to(x.dtype)  # (b, h, n, d)
 
 
 class _LieBase(PositionalEncoding):
@@ -151,10 +159,13 @@ class _LieBase(PositionalEncoding):
         raise NotImplementedError
 
     def rotations(self, pos: torch.Tensor) -> torch.Tensor:
-        """``(b, n, a)`` integer coordinates -> ``(b, h, n, m, s, s)`` blocks of R."""
+        """``(b, n, a)`` integer coordinates -> ``(b, h, n, m, s, s)`` blocks of R, in
+        float32 at least: ``torch.matrix_exp`` returns NaN in float16 and bfloat16, so
+        a half-precision module exponentiates (and rotates q, k) in float32."""
         gens = self.blocks()
+        work = torch.promote_types(gens.dtype, torch.float32)
         # A(p) = sum_a p_a G_a, block by block
-        lie = torch.einsum("bna,ahmst->bhnmst", pos.to(gens.dtype), gens)
+        lie = torch.einsum("bna,ahmst->bhnmst", pos.to(work), gens.to(work))
         return torch.matrix_exp(lie.contiguous())  # (b, h, n, m, s, s)
 
     def transform_qk(self, q, k, q_pos, k_pos):

@@ -130,17 +130,20 @@ class Shaw(PositionalEncoding):
         if self.rel_v is None:
             return None
         idx = self._index(q_pos, k_pos)  # (b, i, j)
+        # in the weights' dtype: float32 for a half-precision table, as the
+        # attention's weights @ v (a float16 table would not meet float32 weights)
+        rel_v = self.rel_v.to(weights.dtype)  # (2k+1, d)
         if self.direct:
-            a = self.rel_v[idx]  # (b, i, j, d)
+            a = rel_v[idx]  # (b, i, j, d)
             # sum_j alpha_ij a^V_ij
             return torch.einsum("bhij,bijd->bhid", weights, a)
         # sum the weights that share an offset r, then sum_r w_ir a^V_r
         b, h, i, j = weights.shape
-        per_offset = weights.new_zeros(b, h, i, self.rel_v.shape[0])  # (b, h, i, 2k+1)
+        per_offset = weights.new_zeros(b, h, i, rel_v.shape[0])  # (b, h, i, 2k+1)
         per_offset = per_offset.scatter_add(
             -1, idx[:, None].expand(b, h, i, j), weights
         )
-        return torch.einsum("bhir,rd->bhid", per_offset, self.rel_v)  # (b, h, i, d)
+        return torch.einsum("bhir,rd->bhid", per_offset, rel_v)  # (b, h, i, d)
 
     def extra_repr(self) -> str:
         return (

@@ -316,8 +316,12 @@ class FourierFeaturePE(PositionalEncoding):
 
     def encode_input(self, x, pos, ctx: Context) -> torch.Tensor:
         v = _coords_input(ctx, "coords", (*x.shape[:2], self.in_dim))
+        # the angles 2 pi B v in float32 at least: bfloat16 would round an angle
+        # between 16 and 32 to a multiple of 1/8 before taking its cosine
+        work = torch.promote_types(x.dtype, torch.float32)
+        gamma = fourier_features(v.to(work), self.B.to(work))  # (b, n, 2m)
         # x_i + W gamma(v_i) + c
-        return x + self.proj(fourier_features(v.to(x.dtype), self.B))
+        return x + self.proj(gamma.to(x.dtype))
 
     def example_inputs(self, b, n, generator=None):
         return {"coords": torch.rand(b, n, self.in_dim, generator=generator)}
