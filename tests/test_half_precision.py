@@ -98,7 +98,7 @@ def test_attention_in_half_precision_equals_float32(name, dtype, device):
     then a backward pass on the slow path (every hook) gives finite gradients."""
     torch.manual_seed(0)
     pe = build(name)
-    mha = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe)
+    mha = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe, input_encoded=True)
     half = copy.deepcopy(mha).to(device, dtype)  # the same weights, cast
     mha = mha.to(device)
     pos, inputs, x = example(pe, device)
