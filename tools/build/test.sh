@@ -57,7 +57,8 @@ echo "-- time to execute each chapter under nbval (s, kernel start included):"
 import collections, sys, xml.etree.ElementTree as ET
 seconds = collections.Counter()
 for case in ET.parse(sys.argv[1]).iter("testcase"):
-    seconds[case.get("classname", "").replace(".", "/")] += float(case.get("time", 0))
+    name = case.get("classname", "").removesuffix(".ipynb").replace(".", "/")
+    seconds[name + ".ipynb"] += float(case.get("time", 0))
 for name, s in seconds.most_common():
     print(f"  {s:6.1f} s  {name}")
 PY
