@@ -17,7 +17,8 @@ import pytest
 from tests.browser import HTML, _unavailable
 from tools.build import slides
 from tools.build.colab_edition import MISSING
-from tools.build.course_index import chapter_info, numbered_chapters
+from tools.build.course_index import chapter_info
+from tools.toc import numbered_chapters
 
 SESSIONS = slides.sessions()
 # MyST that must not reach a slide: roles, directives, targets, glue.

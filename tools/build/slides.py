@@ -60,9 +60,9 @@ import shutil
 import sys
 import zipfile
 
-from tools import RESULTS
+from tools import RESULTS, toc
 from tools.build import colab_edition, errata_index, generated_page
-from tools.build.course_index import chapter_info, first_sentence, numbered_chapters
+from tools.build.course_index import chapter_info, first_sentence
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OUT = ROOT / "_build" / "html" / "slides"
@@ -179,7 +179,7 @@ def sessions() -> list[Session]:
     starts a session."""
     out: list[Session] = []
     part = None
-    for caption, entry in numbered_chapters():
+    for caption, entry in toc.numbered_chapters():
         if caption != part or entry in PLAN:
             plan = PLAN.get(entry)
             title = plan.title if plan else caption.split("—", 1)[-1].strip()
@@ -190,7 +190,7 @@ def sessions() -> list[Session]:
 
 
 def chapter_numbers() -> dict[str, int]:
-    return {entry: k for k, (_, entry) in enumerate(numbered_chapters(), start=1)}
+    return toc.chapter_numbers()
 
 
 # ---- reading a chapter --------------------------------------------------------------

@@ -36,7 +36,7 @@ import sys
 from jupyter_cache import get_cache
 
 from tools import RESULTS
-from tools.authoring.colab_cell import toc_notebooks
+from tools.toc import notebooks as toc_notebooks
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CACHE = ROOT / "_build" / ".jupyter_cache"
