@@ -78,6 +78,22 @@ def timings() -> dict[str, dict]:
     }
 
 
+def added(record: dict) -> str:
+    """The sentence naming the chapters measured after the full run, alone
+    (``time_notebooks`` given notebooks), or ""."""
+    if not record.get("added"):
+        return ""
+    numbers = toc.chapter_numbers()
+    return (
+        " Measured since, alone: "
+        + "; ".join(
+            f"chapter {numbers.get(entry, entry)} on {a['device']}, {a['measured']}"
+            for entry, a in record["added"].items()
+        )
+        + "."
+    )
+
+
 def render() -> str:
     chapters = toc.chapters()
     times = timings()
@@ -102,7 +118,8 @@ def render() -> str:
             f"{gpu['device']}, measured {gpu['measured']} ({gpu.get('note', '')})."
             if gpu
             else "not measured (no GPU was available when the times were taken)."
-        ),
+        )
+        + added(cpu),
         "",
         # a GPU column only when a GPU was measured (a column of "not measured" says
         # nothing the sentence above does not)
