@@ -117,7 +117,9 @@ def ruff_format(path: pathlib.Path) -> None:
     the chapter's name change the lines' lengths)."""
     ruff = pathlib.Path(sys.executable).with_name("ruff")
     if ruff.exists():
-        subprocess.run([str(ruff), "format", "--quiet", str(path)], check=True)
+        subprocess.run(
+            [str(ruff), "format", "--quiet", "--no-cache", str(path)], check=True
+        )
 
 
 # ---- text edits of the shared files -----------------------------------------------
