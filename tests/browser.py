@@ -18,14 +18,14 @@ from urllib.parse import urlparse
 
 import pytest
 
+from tools import toc
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # POSENC_SITE_HTML points the browser tests at another build (e.g. a quick one made
 # without executing the notebooks, to check layout while notebooks are being written).
 HTML = pathlib.Path(os.environ.get("POSENC_SITE_HTML", ROOT / "_build" / "html"))
-TOC = re.findall(
-    r"^\s*-?\s*(?:file|root):\s*(\S+)", (ROOT / "_toc.yml").read_text(), re.M
-)
-NOTEBOOK_PAGES = [f for f in TOC if (ROOT / f"{f}.ipynb").exists()]
+TOC = toc.entries()
+NOTEBOOK_PAGES = toc.notebook_entries()
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 CHROMIUM = (
     os.environ.get("CHROMIUM")

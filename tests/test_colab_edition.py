@@ -24,13 +24,11 @@ import pytest
 from markdown_it import MarkdownIt
 from mdit_py_plugins.dollarmath import dollarmath_plugin
 
+from tools import toc
 from tools.build import colab_edition
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-ENTRIES = [
-    p.relative_to(ROOT).with_suffix("").as_posix()
-    for p in colab_edition.toc_notebooks()
-]
+ENTRIES = toc.notebook_entries()
 RAW = [
     (re.compile(r"\{[a-z][\w:-]*\}<code>"), "a MyST role"),
     (re.compile(r'<code class="language-\{'), "a directive fence"),
@@ -99,9 +97,7 @@ def test_colab_edition_keeps_exercises_solutions_and_references(edition, entry):
         if c["cell_type"] == "markdown"
     )
     html = "\n".join(rendered(edition / f"{entry}.ipynb"))
-    chapter = dict(
-        (e, k) for k, (_, e) in enumerate(colab_edition.numbered_chapters(), start=1)
-    ).get(entry)
+    chapter = toc.chapter_numbers().get(entry)
     n = len(re.findall(r"^`{3,}\{exercise\}", source, re.M))
     for k in range(1, n + 1):
         assert f"<strong>Exercise {chapter}.{k}" in html, f"Exercise {chapter}.{k}"

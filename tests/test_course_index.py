@@ -8,7 +8,7 @@ import pathlib
 import subprocess
 import sys
 
-from tools import RESULTS
+from tools import RESULTS, toc
 from tools.build import course_index
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ def test_the_committed_page_is_what_the_tool_generates():
 
 def test_every_chapter_has_objectives_exercises_and_a_measured_cpu_time():
     cpu = json.loads((RESULTS / "timings" / "cpu.json").read_text())
-    for _, entry in course_index.numbered_chapters():
+    for _, entry in toc.numbered_chapters():
         info = course_index.chapter_info(entry)
         assert info["objectives"], f"{entry}: no learning objectives found"
         assert info["exercises"], f"{entry}: no exercises found"
@@ -40,12 +40,10 @@ def test_every_chapter_has_objectives_exercises_and_a_measured_cpu_time():
 def test_welcome_page_and_guide_name_every_chapter_of_the_toc():
     """The welcome page's chapter table and the teaching guide's sessions cannot go
     stale: every chapter of _toc.yml is in both."""
-    from tools.authoring.colab_cell import toc_notebooks
-
     root = pathlib.Path(__file__).resolve().parents[1]
     intro = (root / "book" / "intro.md").read_text()
     guide = (root / "book" / "teaching" / "guide.md").read_text()
-    for nb in toc_notebooks():
+    for nb in toc.notebooks():
         rel = nb.relative_to(root / "book").with_suffix("").as_posix()  # part3/rope
         assert f"{{doc}}`{rel}`" in intro, f"book/intro.md's table lacks {rel}"
         assert f"../{rel}.ipynb" in guide or f"book/{rel}" in guide, (

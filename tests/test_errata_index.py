@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 
+from tools import toc
 from tools.build import errata_index
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -31,7 +32,7 @@ def test_every_erratum_of_every_chapter_is_listed():
     page = (ROOT / "book" / "appendix" / "errata.md").read_text()
     listed = page.count("\n- ")
     found = 0
-    for entry in errata_index.toc_notebooks():
+    for entry in toc.notebook_entries():
         nb = json.loads((ROOT / f"{entry}.ipynb").read_text())
         for cell in nb["cells"]:
             if cell["cell_type"] == "markdown":

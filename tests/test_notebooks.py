@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from tools import toc
 from tools.authoring.colab_cell import TAG, canonical_source, toc_notebooks
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -20,8 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(
     p for p in (ROOT / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
 )
-TOC_TEXT = (ROOT / "_toc.yml").read_text()
-TOC_FILES = re.findall(r"^\s*-?\s*(?:file|root):\s*(\S+)", TOC_TEXT, re.M)
+TOC_FILES = toc.entries()
 SKELETON = [
     "Learning objectives",
     "Prerequisites",

@@ -17,6 +17,7 @@ import unicodedata
 
 import pytest
 
+from tools import toc
 from tools.build.colab_edition import _from_cache
 from tools.build.pdf import PDF, PDF_NAME
 
@@ -24,9 +25,7 @@ pytestmark = pytest.mark.build
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-TOC = re.findall(
-    r"^\s*-?\s*(?:file|root):\s*(\S+)", (ROOT / "_toc.yml").read_text(), re.M
-)
+TOC = toc.entries()
 CHAPTERS = [entry for entry in TOC[1:]]  # the root (the intro) is the title page
 NOTEBOOKS = [entry for entry in CHAPTERS if (ROOT / f"{entry}.ipynb").exists()]
 # TeX that MathJax should have turned into formulas

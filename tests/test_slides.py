@@ -17,7 +17,8 @@ import pytest
 from tests.browser import HTML, _unavailable
 from tools.build import slides
 from tools.build.colab_edition import MISSING
-from tools.build.course_index import chapter_info, numbered_chapters
+from tools.build.course_index import chapter_info
+from tools.toc import numbered_chapters
 
 SESSIONS = slides.sessions()
 # MyST that must not reach a slide: roles, directives, targets, glue.
@@ -43,6 +44,61 @@ def test_every_chapter_is_in_exactly_one_session():
     assert any(s.part.startswith("Part VII") for s in SESSIONS)
     for entry in slides.PLAN:  # a plan names the first chapter of its session
         assert entry in {s.chapters[0] for s in SESSIONS}, entry
+
+
+@pytest.mark.parametrize(
+    "old, new, says",
+    [
+        (
+            'section: "The protocol"',
+            'section: "The protokol"',
+            "book/part3/extrapolation_lab has no section whose heading starts with "
+            "'The protokol'; its sections: ",
+        ),
+        (
+            "{chapter: book/part3/alibi, exercise: 1}",
+            "{chapter: book/part3/alibj, exercise: 1}",
+            "book/part3/alibj is not a numbered chapter of _toc.yml",
+        ),
+        (
+            "{chapter: book/part3/alibi, exercise: 1}",
+            "{chapter: book/part3/alibi, exercise: 9}",
+            "book/part3/alibi has no exercise 9 (it has 3)",
+        ),
+        (
+            "- first: book/part3/alibi",
+            "- first: book/part3/alibi_lab",
+            "first: book/part3/alibi_lab is not a numbered chapter",
+        ),
+        (
+            "{chapter: book/part3/alibi, exercise: 1}",
+            "{chapter: book/part3/rope, exercise: 1}",
+            "book/part3/rope is not one of its chapters",
+        ),
+        ('    title: "Synthesis"', '    titel: "Synthesis"', "unknown keys"),
+    ],
+)
+def test_a_plan_naming_what_the_book_lacks_is_refused(tmp_path, old, new, says):
+    """book/teaching/sessions.yml is checked against the book: a session that names
+    a chapter, section or exercise that does not exist is refused, with the session
+    and the entry named."""
+    head, data = slides.SESSIONS.read_text().split("\nsessions:\n")  # past the schema
+    assert old in data
+    path = tmp_path / "sessions.yml"
+    path.write_text(head + "\nsessions:\n" + data.replace(old, new, 1))
+    with pytest.raises(slides.PlanError) as refused:
+        slides.load_plan(path)
+    message = str(refused.value)
+    assert says in message and "session" in message, message
+
+
+def test_the_plan_is_data_beside_the_guide():
+    """The class plan is course content: it lives beside the guide, and the slide
+    tool holds no session's title."""
+    assert slides.SESSIONS.parent == slides.GUIDE.parent
+    code = (slides.ROOT / "tools" / "build" / "slides.py").read_text()
+    for plan in slides.PLAN.values():
+        assert plan.title not in code, plan.title
 
 
 def test_the_guide_facts_are_what_the_tool_generates():

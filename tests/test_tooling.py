@@ -63,3 +63,25 @@ def test_code_fits_the_page():
         "the code does not fit the page (88 columns); run `ruff format <file>` and "
         "wrap what `ruff check` reports by hand:\n" + "\n".join(failures)
     )
+
+
+def test_the_page_preview_forgives_only_the_glue_of_the_pages_it_did_not_run():
+    """``tools/build/pages.py`` renders the pages it does not execute without their
+    glued values: their "No key ... in glue data" warnings are expected; the same
+    warning on an executed page, and any other warning, fails the preview."""
+    from tools.build import pages
+
+    root = pages.ROOT.as_posix()
+    glue = "WARNING: No key 'x' found in glue data for this document. [mystnb.glue]"
+    log = "\n".join(
+        [
+            f"\x1b[91m{root}/book/part1/a.ipynb:270002: {glue}\x1b[39;49;00m",
+            f"{root}/book/part3/new.ipynb:10002: {glue}",
+            f"{root}/book/part3/new.ipynb:4: WARNING: undefined label: 'fig-x'",
+            "[IPKernelApp] WARNING | Kernel is running over TCP without encryption.",
+            "build succeeded, 3 warnings.",
+        ]
+    )
+    problems = pages.unforgiven(log, {"book/part3/new"})
+    assert len(problems) == 2 and all("book/part3/new" in p for p in problems)
+    assert pages.unforgiven(log.splitlines()[0], {"book/part3/new"}) == []

@@ -18,6 +18,8 @@ import pathlib
 import re
 import sys
 
+from tools import toc
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TAG = "remove-cell"
 
@@ -51,11 +53,8 @@ def canonical_source() -> str:
 
 
 def toc_notebooks() -> list[pathlib.Path]:
-    """Every ``file:`` entry of _toc.yml that is a notebook."""
-    files = re.findall(
-        r"^\s*-?\s*(?:file|root):\s*(\S+)", (ROOT / "_toc.yml").read_text(), re.M
-    )
-    return [ROOT / f"{f}.ipynb" for f in files if (ROOT / f"{f}.ipynb").exists()]
+    """Every notebook of _toc.yml, in order (``tools.toc.notebooks``)."""
+    return toc.notebooks()
 
 
 def fix(path: pathlib.Path) -> bool:

@@ -60,12 +60,11 @@ def _lib():
 def _chapter_code() -> dict[str, str]:
     """``{toc entry: the code of its cells}`` for every notebook of ``_toc.yml``, in
     order (``book/part3/rope``)."""
-    from tools.authoring.colab_cell import toc_notebooks
+    from tools import toc
 
     out = {}
-    for nb in toc_notebooks():
-        cells = json.loads(nb.read_text())["cells"]
-        entry = nb.relative_to(ROOT).with_suffix("").as_posix()
+    for entry in toc.notebook_entries():
+        cells = json.loads((ROOT / f"{entry}.ipynb").read_text())["cells"]
         out[entry] = "\n".join(
             "".join(c["source"]) for c in cells if c["cell_type"] == "code"
         )
@@ -325,9 +324,9 @@ def render() -> str:
         "| name | class | hooks | chapter | paper |",
         "|---|---|---|---|---|",
     ]
-    from tools.build.course_index import numbered_chapters
+    from tools import toc
 
-    number = {e: f"{k}." for k, (_, e) in enumerate(numbered_chapters(), start=1)}
+    number = {e: f"{k}." for e, k in toc.chapter_numbers().items()}
     for row in rows:
         cls = (
             f"{{py:class}}`~posenc_lib.{row['cls']}`"

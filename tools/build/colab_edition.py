@@ -61,8 +61,9 @@ import re
 import sys
 from collections.abc import Callable
 
-from tools.authoring.colab_cell import _config_value, toc_notebooks
-from tools.build.course_index import chapter_info, numbered_chapters
+from tools import toc
+from tools.authoring.colab_cell import _config_value
+from tools.build.course_index import chapter_info
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIB = ROOT / "book" / "references.bib"
@@ -488,11 +489,9 @@ def build(
     """Write the Colab edition of every notebook of _toc.yml (or of ``entries``);
     return each chapter's converter (its substituted and missing values)."""
     bib = load_bib()
-    numbers = {entry: k for k, (_, entry) in enumerate(numbered_chapters(), start=1)}
+    numbers = toc.chapter_numbers()
     if entries is None:
-        entries = [
-            p.relative_to(ROOT).with_suffix("").as_posix() for p in toc_notebooks()
-        ]
+        entries = toc.notebook_entries()
     done, missing = {}, {}
     for entry in entries:
         nb = json.loads((ROOT / f"{entry}.ipynb").read_text())

@@ -16,7 +16,7 @@ import pathlib
 import re
 import sys
 
-from tools import RESULTS
+from tools import RESULTS, toc
 from tools.build import generated_page
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -31,20 +31,6 @@ EXERCISE = re.compile(
     r"^(?P<fence>`{3,}|:{3,})\{exercise\}[^\n]*\n(?P<body>.*?)^(?P=fence)[ \t]*$",
     re.M | re.S,
 )
-
-
-def numbered_chapters() -> list[tuple[str, str]]:
-    """(part caption, entry) for every chapter of a numbered part, in order."""
-    out, caption, numbered = [], "", False
-    for line in (ROOT / "_toc.yml").read_text().splitlines():
-        if m := re.match(r'\s*- caption:\s*"?([^"]*)"?', line):
-            caption, numbered = m.group(1), False
-        elif re.match(r"\s*numbered:\s*true", line):
-            numbered = True
-        elif (m := re.match(r"\s*- file:\s*(\S+)", line)) and numbered:
-            if (ROOT / f"{m.group(1)}.ipynb").exists():
-                out.append((caption, m.group(1)))
-    return out
 
 
 def first_sentence(text: str, limit: int = 160) -> str:
@@ -92,12 +78,28 @@ def timings() -> dict[str, dict]:
     }
 
 
+def added(record: dict) -> str:
+    """The sentence naming the chapters measured after the full run, alone
+    (``time_notebooks`` given notebooks), or ""."""
+    if not record.get("added"):
+        return ""
+    numbers = toc.chapter_numbers()
+    return (
+        " Measured since, alone: "
+        + "; ".join(
+            f"chapter {numbers.get(entry, entry)} on {a['device']}, {a['measured']}"
+            for entry, a in record["added"].items()
+        )
+        + "."
+    )
+
+
 def render() -> str:
-    chapters = numbered_chapters()
+    chapters = toc.chapters()
     times = timings()
     cpu = times.get("cpu", {"seconds": {}})
     gpu = times.get("gpu")
-    total = sum(cpu["seconds"].get(e, 0.0) for _, e in chapters)
+    total = sum(cpu["seconds"].get(c.entry, 0.0) for c in chapters)
     lines = [
         "# Chapters at a glance",
         "",
@@ -116,15 +118,16 @@ def render() -> str:
             f"{gpu['device']}, measured {gpu['measured']} ({gpu.get('note', '')})."
             if gpu
             else "not measured (no GPU was available when the times were taken)."
-        ),
+        )
+        + added(cpu),
         "",
         # a GPU column only when a GPU was measured (a column of "not measured" says
         # nothing the sentence above does not)
         "| # | chapter | objectives | exercises | CPU |" + (" GPU |" if gpu else ""),
         "|---:|---|---:|---:|---:|" + ("---:|" if gpu else ""),
     ]
-    infos = {entry: chapter_info(entry) for _, entry in chapters}
-    for number, (_, entry) in enumerate(chapters, start=1):
+    infos = {c.entry: chapter_info(c.entry) for c in chapters}
+    for number, entry in ((c.number, c.entry) for c in chapters):
         info = infos[entry]
         link = f"../{entry.removeprefix('book/')}.ipynb"
         seconds = cpu["seconds"].get(entry)
@@ -138,7 +141,7 @@ def render() -> str:
             * bool(gpu)
         )
     part = None
-    for number, (caption, entry) in enumerate(chapters, start=1):
+    for number, caption, entry in ((c.number, c.part, c.entry) for c in chapters):
         info = infos[entry]
         if caption != part:
             part = caption

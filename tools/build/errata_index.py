@@ -24,6 +24,7 @@ import pathlib
 import re
 import sys
 
+from tools import toc
 from tools.build import generated_page
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -38,17 +39,10 @@ HEADING = re.compile(r"^(#{1,3})\s+(.+?)\s*$", re.M)
 DECK = re.compile(r"\b(deck|slides?)\b", re.I)
 
 
-def toc_notebooks() -> list[str]:
-    entries = re.findall(
-        r"^\s*-?\s*(?:file|root):\s*(\S+)", (ROOT / "_toc.yml").read_text(), re.M
-    )
-    return [e for e in entries if (ROOT / f"{e}.ipynb").exists()]
-
-
 def collect() -> list[dict[str, str]]:
     """One row per erratum, in book order: chapter, section, title, sources."""
     rows = []
-    for entry in toc_notebooks():
+    for entry in toc.notebook_entries():
         nb = json.loads((ROOT / f"{entry}.ipynb").read_text())
         chapter, section = entry, ""
         for cell in nb["cells"]:

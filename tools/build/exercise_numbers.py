@@ -6,7 +6,7 @@ does, in Colab too (the file is package data; _toc.yml is not shipped).
     python -m tools.build.exercise_numbers [--check]
 
 Numbers as the site numbers them: the chapter's rank in _toc.yml's numbered parts
-(``course_index.numbered_chapters``), the exercise's rank in the chapter. The site
+(``tools.toc.chapters``), the exercise's rank in the chapter. The site
 build runs it; a test fails when the committed file is out of date.
 """
 
@@ -16,8 +16,8 @@ import json
 import re
 import sys
 
+from tools import ROOT, toc
 from tools.build import generated_page
-from tools.build.course_index import ROOT, numbered_chapters
 
 PAGE = ROOT / "posenc_lib" / "data" / "exercise_numbers.json"
 LABEL = re.compile(
@@ -28,7 +28,7 @@ EXERCISE = re.compile(r"^`{3,}\{exercise\}", re.M)
 
 def render() -> str:
     numbers = {}
-    for chapter, (_, entry) in enumerate(numbered_chapters(), start=1):
+    for chapter, entry in ((c.number, c.entry) for c in toc.chapters()):
         nb = json.loads((ROOT / f"{entry}.ipynb").read_text())
         text = "\n".join(
             "".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"

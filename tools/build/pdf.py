@@ -184,8 +184,9 @@ def build_singlehtml() -> None:
 def root_page() -> pathlib.Path:
     """The single page, copied to the build's root so that its relative links to
     ``_static/`` and ``_images/`` resolve (see the module docstring)."""
-    root = re.search(r"^root:\s*(\S+)", (ROOT / "_toc.yml").read_text(), re.M)
-    page = SINGLE / f"{root.group(1)}.html"
+    from tools import toc
+
+    page = SINGLE / f"{toc.root_page()}.html"
     target = SINGLE / "book.html"
     shutil.copyfile(page, target)
     return target

@@ -1,5 +1,5 @@
 """Slides for every session of the teaching guide, generated from the chapters so that
-they cannot drift from them (issue 23).
+they cannot drift from them.
 
     python -m tools.build.slides                  # decks into _build/html/slides
     python -m tools.build.slides --out DIR        # elsewhere
@@ -9,9 +9,13 @@ they cannot drift from them (issue 23).
                                                   # blocks (book/teaching/guide.md)
     python -m tools.build.slides --guide --check  # exit 1 when they are out of date
 
-A session is a part of ``_toc.yml``, split where ``PLAN`` starts a session at a later
-chapter of the part (Part III is two sessions); a chapter added to a part joins its
-session by itself. For each chapter of a session the deck has
+A session is a part of ``_toc.yml``, split where the class plan,
+``book/teaching/sessions.yml`` (data beside the guide; its schema at its top), starts a
+session at a later chapter of the part (Part III is two sessions); a chapter added to
+a part joins its session by itself. The plan also gives each session its title, the
+sections to demonstrate and the exercises to set; ``load_plan`` refuses a plan that
+names a chapter, a section or an exercise the book does not have. For each chapter
+of a session the deck has
 
 * a title slide: the chapter's number and title and its learning objectives;
 * its key derivation, in its own words: every display formula with the sentence that
@@ -60,13 +64,16 @@ import shutil
 import sys
 import zipfile
 
-from tools import RESULTS
+import yaml
+
+from tools import RESULTS, toc
 from tools.build import colab_edition, errata_index, generated_page
-from tools.build.course_index import chapter_info, first_sentence, numbered_chapters
+from tools.build.course_index import chapter_info, first_sentence
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OUT = ROOT / "_build" / "html" / "slides"
 GUIDE = ROOT / "book" / "teaching" / "guide.md"
+SESSIONS = GUIDE.with_name("sessions.yml")  # the class plan, as data
 TEMPLATE = pathlib.Path(__file__).with_name("slides_template")
 ZIP = "posenc-slides.zip"
 FIGURES = 4  # figures per chapter at most
@@ -98,67 +105,100 @@ class Plan:
     exercises: list[tuple[str, int]]
 
 
-P = "book/part"
-# Keyed by the session's first chapter. The prose of each session is in the guide.
-PLAN = {
-    f"{P}0/tensors_embeddings": Plan(
-        "Attention has no idea where tokens are",
-        [(f"{P}0/self_attention", "Attention cannot see order"),
-         (f"{P}0/self_attention", "Experiment: who came first?")],
-        [(f"{P}0/self_attention", 1), (f"{P}0/self_attention", 2)],
-    ),
-    f"{P}1/four_term_expansion": Plan(
-        "The absolute era",
-        [(f"{P}1/four_term_expansion", "The lens for the rest of the course"),
-         (f"{P}1/learned_axial", "Experiment: trained short, evaluated long")],
-        [(f"{P}1/sinusoidal", 1), (f"{P}1/four_term_expansion", 2)],
-    ),
-    f"{P}2/shaw": Plan(
-        "The relative era",
-        [(f"{P}2/relative_vs_absolute", "The task"),
-         (f"{P}2/relative_vs_absolute", "Reading the results")],
-        [(f"{P}2/t5", 1), (f"{P}2/shaw", 2)],
-    ),
-    f"{P}3/context_length": Plan(
-        "Rotations and long contexts",
-        [(f"{P}3/rope", "Scores depend on $m - n$ only"),
-         (f"{P}3/extending_rope", "Experiment: a small model")],
-        [(f"{P}3/rope", 1), (f"{P}3/rope", 3)],
-    ),
-    f"{P}3/alibi": Plan(
-        "Biases, no encoding at all, and a lab",
-        [(f"{P}3/extrapolation_lab", "The protocol"),
-         (f"{P}3/extrapolation_lab", "Reading the results")],
-        [(f"{P}3/alibi", 1), (f"{P}3/nope", 2)],
-    ),
-    f"{P}4/cope": Plan(
-        "Beyond positional encoding",
-        [(f"{P}4/cope", "Experiment: counting what matters"),
-         (f"{P}4/forgetting_transformer", "Experiment: what the gates learn")],
-        [(f"{P}4/cope", 1), (f"{P}4/stick_breaking", 2)],
-    ),
-    f"{P}5/vision": Plan(
-        "Images, video, audio, graphs and space",
-        [(f"{P}5/video_audio", "Position ids for text, images and video"),
-         (f"{P}5/graphs_space", "Experiment: a transformer that must know")],
-        [(f"{P}5/vision", 1), (f"{P}5/learned_rotations", 1),
-         (f"{P}5/video_audio", 1), (f"{P}5/graphs_space", 1)],
-    ),
-    f"{P}6/toolkit": Plan(
-        "Synthesis",
-        [(f"{P}6/toolkit", "The four-term table, complete"),
-         (f"{P}6/comparison", "Extrapolation: a fresh run of the lab")],
-        [(f"{P}6/comparison", 1), (f"{P}6/cost", 1)],
-    ),
-    f"{P}7/rope_deployed": Plan(
-        "Position in today's models (2024–2026)",
-        [(f"{P}7/rope_in_code", "Two layouts, one rotation"),
-         (f"{P}7/nope_sinks", "Experiment: all-RoPE, all-NoPE and hybrids"),
-         (f"{P}7/future", "Attention that fades with length"),
-         (f"{P}7/future", "Past the training length without training")],
-        [(f"{P}7/future", 2), (f"{P}7/future", 3), (f"{P}7/future", 4)],
-    ),
-}  # fmt: skip
+class PlanError(SystemExit):
+    """``book/teaching/sessions.yml`` names something the book does not have (the
+    message says which session and what)."""
+
+
+def load_plan(path: pathlib.Path | None = None) -> dict[str, Plan]:
+    """The sessions' plan (``book/teaching/sessions.yml``, its schema at its top),
+    keyed by the session's first chapter, after checking that every chapter,
+    section and exercise it names exists in the book."""
+    path = SESSIONS if path is None else path
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict) or set(data) != {"sessions"}:
+        raise PlanError(f"{where}: expected one key, sessions: (a list)")
+    numbers = toc.chapter_numbers()
+    plan, last = {}, 0
+    for k, item in enumerate(data["sessions"] or [], start=1):
+        name = f"{where}, session {k}"
+        if not isinstance(item, dict):
+            raise PlanError(f"{name}: expected a mapping (first:, title:, ...)")
+        if unknown := set(item) - {"first", "title", "demos", "exercises"}:
+            raise PlanError(f"{name}: unknown keys {sorted(unknown)}")
+        first, title = item.get("first"), item.get("title")
+        if not isinstance(title, str) or not title.strip():
+            raise PlanError(f"{name}: title: is missing")
+        name = f"{where}, session {title!r}"
+        if first not in numbers:
+            raise PlanError(
+                f"{name}: first: {first} is not a numbered chapter of _toc.yml"
+            )
+        if numbers[first] <= last:
+            raise PlanError(f"{name}: sessions must be listed in course order")
+        if first in plan:
+            raise PlanError(f"{name}: a second session starts at {first}")
+        last = numbers[first]
+        demos, exercises = [], []
+        for demo in item.get("demos") or []:
+            entry, start = _named(demo, ("chapter", "section"), str, numbers, name)
+            try:
+                find_section(entry, start)
+            except LookupError as error:
+                heads = [s["heading"] for s in sections(entry) if s["heading"]]
+                raise PlanError(
+                    f"{name}: demo: {error}; its sections: " + "; ".join(heads)
+                ) from None
+            demos.append((entry, start))
+        for exercise in item.get("exercises") or []:
+            entry, rank = _named(exercise, ("chapter", "exercise"), int, numbers, name)
+            count = len(chapter_info(entry)["exercises"])
+            if not 1 <= rank <= count:
+                raise PlanError(
+                    f"{name}: exercise: {entry} has no exercise {rank} (it has {count})"
+                )
+            exercises.append((entry, rank))
+        plan[first] = Plan(title.strip(), demos, exercises)
+    for first, session in _members(plan).items():
+        for entry in {e for e, _ in plan[first].demos + plan[first].exercises}:
+            if entry not in session:
+                raise PlanError(
+                    f"{where}, session {plan[first].title!r}: {entry} is not one of "
+                    f"its chapters ({', '.join(session)})"
+                )
+    return plan
+
+
+def _members(plan: dict[str, Plan]) -> dict[str, list[str]]:
+    """The chapters of each planned session (keyed by its first chapter): from it
+    to the next session's start or the end of its part."""
+    out, current, part = {}, None, None
+    for caption, entry in toc.numbered_chapters():
+        if caption != part or entry in plan:
+            current, part = entry, caption
+        out.setdefault(current, []).append(entry)
+    return {first: out[first] for first in plan}
+
+
+def _named(item, keys: tuple[str, str], kind: type, numbers: dict, name: str):
+    """``item[keys[0]]``, a numbered chapter, and ``item[keys[1]]``, of ``kind``."""
+    if not isinstance(item, dict) or set(item) != set(keys):
+        raise PlanError(
+            f"{name}: expected {{{keys[0]}: ..., {keys[1]}: ...}}, got {item}"
+        )
+    entry, value = item[keys[0]], item[keys[1]]
+    if entry not in numbers:
+        raise PlanError(f"{name}: {entry} is not a numbered chapter of _toc.yml")
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise PlanError(f"{name}: {keys[1]}: {value!r} is not a {kind.__name__}")
+    return entry, value
+
+
+def __getattr__(name: str):
+    if name == "PLAN":  # the plan as it is now (read on each use, as _toc.yml is)
+        return load_plan()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclasses.dataclass
@@ -175,13 +215,14 @@ class Session:
 
 
 def sessions() -> list[Session]:
-    """The course's sessions: the numbered parts of _toc.yml, split where ``PLAN``
-    starts a session."""
+    """The course's sessions: the numbered parts of _toc.yml, split where the plan
+    (``book/teaching/sessions.yml``) starts a session."""
     out: list[Session] = []
     part = None
-    for caption, entry in numbered_chapters():
-        if caption != part or entry in PLAN:
-            plan = PLAN.get(entry)
+    plans = load_plan()
+    for caption, entry in toc.numbered_chapters():
+        if caption != part or entry in plans:
+            plan = plans.get(entry)
             title = plan.title if plan else caption.split("—", 1)[-1].strip()
             out.append(Session(len(out) + 1, title, caption, [], plan))
             part = caption
@@ -190,7 +231,7 @@ def sessions() -> list[Session]:
 
 
 def chapter_numbers() -> dict[str, int]:
-    return {entry: k for k, (_, entry) in enumerate(numbered_chapters(), start=1)}
+    return toc.chapter_numbers()
 
 
 # ---- reading a chapter --------------------------------------------------------------

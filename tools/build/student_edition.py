@@ -45,8 +45,7 @@ import zipfile
 import nbformat
 from nbconvert.preprocessors import TagRemovePreprocessor
 
-from tools.authoring.colab_cell import toc_notebooks as _toc_paths
-from tools.build.course_index import numbered_chapters
+from tools import toc
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ZIP_NAME = "posenc-student-notebooks.zip"
@@ -91,7 +90,7 @@ then open a notebook. Its first cell is for Colab only: elsewhere it does nothin
 
 def toc_notebooks() -> list[str]:
     """The ``_toc.yml`` entries that are notebooks (``book/part3/rope``)."""
-    return [p.relative_to(ROOT).with_suffix("").as_posix() for p in _toc_paths()]
+    return toc.notebook_entries()
 
 
 def tags(cell: dict) -> list[str]:
@@ -197,7 +196,7 @@ def readme() -> str:
 
 def build(out_dir: pathlib.Path) -> list[pathlib.Path]:
     written = []
-    numbers = {entry: k for k, (_, entry) in enumerate(numbered_chapters(), start=1)}
+    numbers = toc.chapter_numbers()
     for entry in toc_notebooks():
         nb = json.loads((ROOT / f"{entry}.ipynb").read_text())
         student, _ = strip_solutions(nb, numbers.get(entry))

@@ -6,6 +6,11 @@ build's.
     python -m tools.measure.time_notebooks     # reads _build/.jupyter_cache
     python -m tools.measure.time_notebooks --cache PATH   # another build's cache
 
+    # one new or changed chapter, executed by the page preview:
+    python -m tools.build.pages book/part3/x.ipynb --out /tmp/p
+    python -m tools.measure.time_notebooks --cache /tmp/p/.jupyter_cache \
+        book/part3/x.ipynb
+
 nbval (or the site build) executes each notebook of ``_toc.yml`` in a fresh kernel,
 and jupyter-cache records for each the seconds that execution took
 (``NbCacheRecord.data["execution_seconds"]``: the cells' run, kernel start included;
@@ -18,6 +23,11 @@ build the site on that machine), with the machine and the date of the build. The
 teaching guide's run-time table (tools/build/course_index.py) reads that file; nothing
 there is typed by hand. A notebook changed since the build has no matching record:
 the tool names it and writes nothing (build the site again).
+
+Given notebooks, it measures only those and merges them into the file, keeping the
+other chapters' times; each merged chapter is listed under ``added`` with its own
+machine and date (the file's ``device`` and ``measured`` are the full run's), and the
+teaching guide's table says so. The next full measurement drops ``added``.
 
 The same records can be shown on a page by myst-nb: the directive ``{nb-exec-table}``
 renders a table of every notebook the build executed or took from the cache, with
@@ -36,7 +46,7 @@ import sys
 from jupyter_cache import get_cache
 
 from tools import RESULTS
-from tools.authoring.colab_cell import toc_notebooks
+from tools.toc import notebooks as toc_notebooks
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CACHE = ROOT / "_build" / ".jupyter_cache"
@@ -51,12 +61,14 @@ def device() -> tuple[str, str]:
     return "cpu", f"{platform.processor() or platform.machine()}, {cores} cores"
 
 
-def from_cache(cache_dir: pathlib.Path = CACHE) -> tuple[dict, list[str]]:
-    """(entry -> cache record, entries without one) for every notebook of _toc.yml;
-    an entry is ``book/part3/rope``."""
+def from_cache(
+    cache_dir: pathlib.Path = CACHE, paths: list[pathlib.Path] | None = None
+) -> tuple[dict, list[str]]:
+    """(entry -> cache record, entries without one) for every notebook of _toc.yml
+    (or of ``paths``); an entry is ``book/part3/rope``."""
     cache = get_cache(cache_dir)
     found, missing = {}, []
-    for path in toc_notebooks():
+    for path in toc_notebooks() if paths is None else paths:
         entry = path.relative_to(ROOT).with_suffix("").as_posix()
         try:
             found[entry] = cache.match_cache_file(str(path))
@@ -68,11 +80,16 @@ def from_cache(cache_dir: pathlib.Path = CACHE) -> tuple[dict, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=pathlib.Path, default=CACHE)
+    parser.add_argument("notebooks", nargs="*", help="only these, merged into the file")
     args = parser.parse_args(argv)
     if not (args.cache / "global.db").exists():
         print(f"no jupyter-cache at {args.cache}: build the site first")
         return 1
-    records, missing = from_cache(args.cache)
+    only = [(ROOT / nb).with_suffix(".ipynb").resolve() for nb in args.notebooks]
+    if unknown := [p for p in only if p not in toc_notebooks()]:
+        print("not notebooks of _toc.yml: " + ", ".join(map(str, unknown)))
+        return 1
+    records, missing = from_cache(args.cache, only or None)
     if missing:
         print(
             "no execution record matches these notebooks as they are now (changed "
@@ -101,11 +118,47 @@ def main(argv: list[str] | None = None) -> int:
         "site build (jupyter-cache's execution records, kernel start included)",
     }
     out = RESULTS / "timings" / f"{kind}.json"
+    if only and out.exists():
+        record = merge(json.loads(out.read_text()), record)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")
     total = sum(seconds.values())
     print(f"total {total:.0f} s over {len(seconds)} notebooks -> {out}")
     return 0
+
+
+def forget(entry: str) -> list[pathlib.Path]:
+    """Drop ``entry``'s run times from every timing file (a chapter removed); the
+    files changed."""
+    changed = []
+    for path in sorted((RESULTS / "timings").glob("*.json")):
+        record = json.loads(path.read_text())
+        if entry not in record["seconds"] and entry not in record.get("added", {}):
+            continue
+        record["seconds"].pop(entry, None)
+        if "added" in record:
+            record["added"].pop(entry, None)
+            if not record["added"]:
+                del record["added"]
+        path.write_text(json.dumps(record, indent=1) + "\n")
+        changed.append(path)
+    return changed
+
+
+def merge(old: dict, new: dict) -> dict:
+    """``old`` (a full measurement) with the chapters of ``new`` measured since:
+    their times replace or join the others (in the order of _toc.yml), and each is
+    listed under ``added`` with its machine and date."""
+    seconds = {**old["seconds"], **new["seconds"]}
+    order = [p.relative_to(ROOT).with_suffix("").as_posix() for p in toc_notebooks()]
+    added = dict(old.get("added", {}))
+    for entry in new["seconds"]:
+        added[entry] = {"device": new["device"], "measured": new["measured"]}
+    return {
+        **old,
+        "seconds": {e: seconds[e] for e in order if e in seconds},
+        "added": {e: added[e] for e in order if e in added},
+    }
 
 
 if __name__ == "__main__":
