@@ -35,6 +35,7 @@ import pathlib
 import pkgutil
 import re
 import sys
+import types
 from collections import Counter
 from types import ModuleType
 
@@ -90,7 +91,12 @@ def namespaces() -> list[str]:
     code = "\n".join(_chapter_code().values())
     used = set(re.findall(r"\bpl\.([a-z_]\w*)\.", code))
     out = []
-    for info in sorted(pkgutil.iter_modules(pl.__path__), key=lambda m: m.name):
+    # the library's modules and the course's (posenc_lib.course, which a reader
+    # reaches as pl.book, pl.exercises, ...: the names the reference uses)
+    names = [info.name for info in pkgutil.iter_modules(pl.__path__)]
+    names = sorted({*names, *pl.course.COURSE_MODULES} - {"course"})
+    for name in names:
+        info = types.SimpleNamespace(name=name)
         if info.name.startswith("_"):
             continue
         module = importlib.import_module(f"posenc_lib.{info.name}")

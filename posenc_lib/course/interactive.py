@@ -47,7 +47,13 @@ import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import plotly.graph_objects as go
+
+try:
+    import plotly.graph_objects as go
+except ModuleNotFoundError:  # the library alone does not install plotly
+    from . import needs
+
+    raise needs("plotly", __name__) from None
 
 __all__ = ["slider_figure", "show", "mimebundle", "DATA_KEYS"]
 

@@ -38,13 +38,13 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .base import HOOKS, overrides
-from .data import MarkovSource, stdlib_corpus
-from .model import TinyTransformer
+from ..base import HOOKS, overrides
+from ..data import MarkovSource, stdlib_corpus
+from ..model import TinyTransformer
 from .plotting import color_for
-from .registry import REGISTRY, make_encoding
-from .train import train
-from .utils import check_head_split, check_positive_int, get_device, seed_everything
+from ..registry import REGISTRY, make_encoding
+from ..train import train
+from ..utils import check_head_split, check_positive_int, get_device, seed_everything
 
 __all__ = [
     "sequence_encodings",

@@ -49,7 +49,7 @@ def setup(seed: int = 0, threads: int | None = 1) -> torch.device:
                 f"threads must be a positive int (or None to leave torch's setting), "
                 f"got {threads!r}"
             )
-    from .utils import get_device, seed_everything
+    from ..utils import get_device, seed_everything
 
     seed_everything(seed)
     if threads is not None:
@@ -86,11 +86,24 @@ def chapter_seeds(*seeds: int) -> list[int]:
     return [s + seed_shift() * SEED_BLOCK for s in seeds]
 
 
+def _ipython():
+    """IPython's display machinery (a notebook's kernel has it; the ``course`` extra
+    installs it elsewhere)."""
+    try:
+        import IPython.core.formatters
+        import IPython.display
+    except ModuleNotFoundError:
+        from . import needs
+
+        raise needs("IPython", __name__) from None
+    return IPython.core.formatters, IPython.display
+
+
 def glue(name: str, value, display: bool = False, from_sweep: bool = False) -> None:
     """Store ``value`` under ``name`` for ``{glue:text}`` in the prose (as myst-nb's
     ``glue`` does, with the same output format); shows it only when ``display``."""
-    from IPython.core.formatters import format_display_data
-    from IPython.display import display as ipy_display
+    formatters, ipy = _ipython()
+    format_display_data, ipy_display = formatters.format_display_data, ipy.display
 
     if not isinstance(name, str) or not name:
         raise ValueError(f"name must be a non-empty string, got {name!r}")
@@ -104,14 +117,13 @@ def glue(name: str, value, display: bool = False, from_sweep: bool = False) -> N
 
 def show_source(obj) -> None:
     """Display the source code of a library function or class, highlighted."""
-    from IPython.display import Code, display
-
-    display(Code(inspect.getsource(obj), language="python"))
+    _, ipy = _ipython()
+    ipy.display(ipy.Code(inspect.getsource(obj), language="python"))
 
 
 # ---- the committed seed sweeps (package data, so Colab reads them too) ----
 
-SWEEPS = pathlib.Path(__file__).parent / "data" / "sweeps"
+SWEEPS = pathlib.Path(__file__).parents[1] / "data" / "sweeps"
 _META = ("shift", "status", "error", "seconds")
 
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-import matplotlib as mpl
-import matplotlib.pyplot as plt
 import torch
+
+try:
+    import matplotlib as mpl
+    import matplotlib.pyplot as plt
+except ModuleNotFoundError:  # the library alone does not install matplotlib
+    from . import needs
+
+    raise needs("matplotlib", __name__) from None
 
 __all__ = [
     "set_plot_style",

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .encodings.rope_scaling import rope_inv_freq
+from ..encodings.rope_scaling import rope_inv_freq
 
 __all__ = [
     "MLA_DEEPSEEK_V3",

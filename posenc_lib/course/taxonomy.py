@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from .base import FOUR_TERMS, HOOKS
-from .registry import REGISTRY
+from ..base import FOUR_TERMS, HOOKS
+from ..registry import REGISTRY
 
 __all__ = ["four_term_table"]
 
@@ -12,7 +12,7 @@ __all__ = ["four_term_table"]
 def four_term_table() -> list[dict[str, str]]:
     """One row per registered encoding: its name, hook(s) overridden, and its
     ``four_terms``."""
-    from .base import overrides
+    from ..base import overrides
 
     rows = []
     for name, factory in REGISTRY.items():

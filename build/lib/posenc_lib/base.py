@@ -1,0 +1,250 @@
+"""The one interface every positional encoding implements.
+
+An encoding is a ``PositionalEncoding`` that overrides only the hooks it needs; every
+hook has an identity default, so ``PositionalEncoding()`` itself is "no positional
+information". The reference attention (``posenc_lib.attention.reference_attention``)
+calls them in this fixed order::
+
+    x = encode_input(x, pos)                      # once, on the embeddings
+    q, k = transform_qk(q, k, q_pos, k_pos)       # e.g. RoPE rotates q and k
+    scores = q @ k^T * scale                      # scale = 1/sqrt(d) unless set
+    scores = scores + score_bias(q, k, q_pos, k_pos)     # ALiBi, T5, Shaw, FoX
+    scores = transform_scores(scores, q_pos, k_pos)      # DA-Transformer, CoPE
+    weights = attention_weights(scores, mask)     # softmax unless replaced
+    out = weights @ v + value_bias(weights, q_pos, k_pos)   # e.g. Shaw's value term
+
+**Positions** handed to the hooks are int64 tensors ``(1|b, i)`` and ``(1|b, j)``
+(one row when the batch shares them), or ``(1|b, ., a)`` integer coordinates for an
+encoding whose ``coord_axes`` is ``a``.
+
+**Everything else** an encoding may read reaches it through the call's
+:class:`Context`: the layer input ``x`` (FoX's gates), ``q``, ``k``, ``v``, the
+combined ``mask``, ``causal``, the named side ``inputs`` (graph distances, 3-D
+points...) and ``positions`` (the forward pass's :class:`~posenc_lib.Positions`). A
+hook that wants it declares a keyword argument ``ctx``; hooks without it are called
+with their positional arguments only, so an encoding that needs only positions is
+written as if the context did not exist.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Callable, ClassVar, Mapping
+
+import torch
+from torch import nn
+
+__all__ = [
+    "PositionalEncoding",
+    "Context",
+    "FOUR_TERMS",
+    "HOOKS",
+    "ScoreMod",
+    "overrides",
+]
+
+# FlexAttention's score_mod: (score, b, h, q_idx, kv_idx) -> score
+ScoreMod = Callable[..., torch.Tensor]
+
+# The four terms of ((U+P) W_q)((U+P) W_k)^T (Part I's lens).
+FOUR_TERMS: tuple[str, ...] = (
+    "content-content", "content-position", "position-content", "position-position",
+)  # fmt: skip
+
+# The hooks, in the order the attention calls them.
+HOOKS: tuple[str, ...] = (
+    "encode_input",
+    "transform_qk",
+    "score_bias",
+    "transform_scores",
+    "attention_weights",
+    "value_bias",
+)
+
+
+class Context:
+    """What one attention call knows beyond the hooks' positional arguments; any
+    field may be ``None`` where the caller does not have it.
+
+    ``x`` ``(b, i, D)`` the layer input; ``q`` ``(b, h, i, d)`` and ``k``
+    ``(b, h, j, d)`` after ``transform_qk``; ``v`` ``(b, h, j, e)``; ``mask``
+    ``(b|1, 1|h, i, j)`` bool, True = may attend (``None``: every key visible);
+    ``causal``; ``inputs``, the named side inputs; ``positions``, the forward pass's
+    ``Positions`` (shared by every layer).
+    """
+
+    __slots__ = ("x", "q", "k", "v", "causal", "inputs", "positions", "_mask")
+
+    def __init__(self, x=None, q=None, k=None, v=None, mask=None, causal=False,
+                 inputs: Mapping | None = None, positions=None):  # fmt: skip
+        self.x, self.q, self.k, self.v, self._mask = x, q, k, v, mask
+        self.causal, self.inputs = causal, dict(inputs or {})
+        self.positions = positions
+
+    @property
+    def mask(self) -> torch.Tensor | None:
+        if self._mask is None and self.positions is not None:
+            return self.positions.mask  # built on first use, once per forward
+        return self._mask
+
+    def replace(self, **fields) -> "Context":
+        """A copy with ``fields`` changed (``q``, ``k`` after ``transform_qk``)."""
+        names = ("x", "q", "k", "v", "causal", "inputs", "positions")
+        kept = {name: getattr(self, name) for name in names}
+        return Context(mask=self._mask, **{**kept, **fields})
+
+    def need(self, name: str, who: str) -> torch.Tensor:
+        """The field ``name``, or a ``ValueError`` saying that ``who`` needs it."""
+        value = getattr(self, name)
+        if value is None:
+            how = {"x": "pass x= to attention(), or call it through MultiHeadAttention"}
+            raise ValueError(
+                f"{who} reads ctx.{name}, which this call did not provide"
+                + (f": {how[name]}" if name in how else "")
+            )
+        return value
+
+
+class PositionalEncoding(nn.Module):
+    """Base class with six identity hooks; subclasses override only what they need.
+
+    Class attributes a subclass may set:
+
+    * ``scale``: multiplier of ``q.k`` (``None`` means ``1/sqrt(d)``; T5 uses ``1.0``).
+    * ``four_terms``: for each of ``FOUR_TERMS``, how the method treats that term of the
+      (U+P) expansion; Part I's table is drawn from it.
+    * ``coord_axes``: ``None`` for positions ``(b, n)``; ``a`` for coordinates
+      ``(b, n, a)``.
+    * ``side_inputs``: name -> description of each side input read from
+      ``ctx.inputs``; a call without one is refused, naming it.
+    * ``causal_only``: defined for causal attention only (FoX, stick-breaking).
+    * ``reuse``: the hooks whose result depends only on positions, side inputs and
+      parameters (ALiBi's, T5's, Graphormer's ``score_bias``): computed once per
+      forward pass and shared by every layer, in training too.
+    """
+
+    scale: ClassVar[float | None] = None
+    four_terms: ClassVar[dict[str, str]] = {
+        "content-content": "kept",
+        "content-position": "dropped",
+        "position-content": "dropped",
+        "position-position": "dropped",
+    }
+    coord_axes: ClassVar[int | None] = None
+    side_inputs: ClassVar[dict[str, str]] = {}
+    causal_only: ClassVar[bool] = False
+    reuse: ClassVar[frozenset[str]] = frozenset()
+    _ctx_hooks: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        # which hooks (and score_mod) declare ``ctx``: read once, per class
+        cls._ctx_hooks = frozenset(
+            name
+            for name in (*HOOKS, "score_mod")
+            if "ctx" in inspect.signature(getattr(cls, name)).parameters
+            and overrides(cls, name)
+        )
+        unknown = set(cls.reuse) - set(HOOKS)
+        if unknown:
+            raise TypeError(f"{cls.__name__}.reuse names {sorted(unknown)}, not hooks")
+
+    def call_hook(self, hook: str, *args, ctx: Context | None = None):
+        """``hook(*args)``, with ``ctx=`` if the hook declares it; a hook in
+        ``reuse`` is computed once per forward pass (``ctx.positions``)."""
+        fn = getattr(self, hook)
+        run = (
+            (lambda: fn(*args, ctx=ctx))
+            if hook in self._ctx_hooks
+            else (lambda: fn(*args))
+        )
+        if hook in self.reuse and ctx is not None and ctx.positions is not None:
+            return ctx.positions.reuse((self, hook, args[0].dtype), run)
+        return run()
+
+    def encode_input(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """``(b, n, D), (1|b, n) -> (b, n, D)``: add (or mix in) position before the
+        blocks."""
+        return x
+
+    def transform_qk(
+        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(b, h, i, d), (b, h, j, d) -> same``: transform queries and keys (RoPE)."""
+        return q, k
+
+    def score_bias(
+        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+    ) -> torch.Tensor | None:
+        """``-> None`` or a tensor broadcastable to ``(b, h, i, j)``, added to the
+        scaled scores."""
+        return None
+
+    def transform_scores(
+        self, scores: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+    ) -> torch.Tensor:
+        """``(b, h, i, j) -> (b, h, i, j)``: any other function of the biased scores."""
+        return scores
+
+    def attention_weights(
+        self, scores: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """``(b, h, i, j)`` and a bool mask broadcastable to it (True = may attend)
+        -> weights ``(b, h, i, j)``."""
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return scores.softmax(dim=-1)
+
+    def value_bias(
+        self, weights: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+    ) -> torch.Tensor | None:
+        """``(b, h, i, j) -> None`` or ``(b|1, h|1, i, e)``, added to ``weights @ v``
+        (Shaw's ``sum_j a_ij a^V_ij``)."""
+        return None
+
+    def score_mod(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> ScoreMod | None:
+        """``None``, or ``score_bias`` and ``transform_scores`` as one FlexAttention
+        score_mod, for ``attention(path="flex")``.
+
+        Returns ``mod(score, b, h, q_idx, kv_idx) -> transform_scores(score +
+        score_bias)`` for query ``q_idx`` and key ``kv_idx`` (token indices; their
+        positions are ``q_pos[b, q_idx]``, ``k_pos[b, kv_idx]``). Tensors the term
+        needs are captured by the closure; the mod uses indexing, arithmetic and
+        ``torch.where``, so it runs inside the compiled kernel (0-d arguments) and
+        eagerly on a broadcast grid (the registry test checks it against the hooks).
+        Declare ``ctx`` to read the call's context (FoX's gates, Graphormer's
+        distances).
+        """
+        return None
+
+    @property
+    def needs_score_path(self) -> bool:
+        """True when a hook after ``score_bias`` is overridden, so the fused kernel
+        cannot be used."""
+        return any(overrides(self, hook) for hook in HOOKS[3:])
+
+    def example_positions(
+        self, b: int, n: int, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """Valid positions for ``n`` tokens, ``(b, n)`` or ``(b, n, a)``, for tests and
+        demos. Coordinates default to a random walk that may repeat (as a grid would);
+        an encoding with a fixed layout overrides this."""
+        if self.coord_axes is None:
+            return torch.arange(n).expand(b, n)
+        steps = torch.randint(0, 2, (b, n, self.coord_axes), generator=generator)
+        return steps.cumsum(1) - steps[:, :1]
+
+    def example_inputs(
+        self, b: int, n: int, generator: torch.Generator | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Valid side inputs for ``n`` tokens (one entry per ``side_inputs`` name)."""
+        return {}
+
+    def extra_repr(self) -> str:
+        return ""
+
+
+def overrides(pe: PositionalEncoding | type, hook: str) -> bool:
+    """Whether an encoding (or its class) overrides ``hook`` (or ``score_mod``)."""
+    cls = pe if isinstance(pe, type) else type(pe)
+    return getattr(cls, hook) is not getattr(PositionalEncoding, hook)

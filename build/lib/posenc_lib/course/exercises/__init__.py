@@ -1,0 +1,289 @@
+"""Exercises that check themselves.
+
+After a coding exercise, the chapter (and the student edition) has a cell such as::
+
+    pl.exercises.check("ex-rope-complex", rope_complex)
+
+which runs the exercise's property tests and golden cases on the reader's answer (a
+function or a value) and prints one verdict: **right** (and what was checked), or
+**not yet** with what is wrong and on which input (the input, the entry, the value
+found and the value expected: never the solution's code). It never raises: an answer
+that crashes, returns ``None`` or the wrong type is reported like any other mistake,
+so a student notebook runs top to bottom whatever is in its answer cells.
+
+Each chapter's checks live in ``posenc_lib/exercises/<chapter>.py``, registered with
+:func:`exercise`; :func:`plant` records wrong answers the tests feed to each check
+(each must give its own message). The student edition (``tools/build/student_edition``)
+replaces the chapter's hidden solution cell (tagged ``solution``) by an answer cell that
+starts from the check's ``stub`` and keeps the check cell (tagged ``check``).
+
+Writing a check: call the answer through :func:`call` (it turns an exception into a
+verdict naming the input), compare with :func:`expect_close` or :func:`expect` and
+return a short sentence of what was checked::
+
+    @exercise("ex-rope-complex", chapter="part3/rope", stub=STUB)
+    def _(answer):
+        for n, d in [(5, 8), (9, 16)]:
+            x, pos = ...
+            got = call(answer, x, pos, theta, desc=f"x of shape ({n}, {d})")
+            expect_close(got, pl.apply_rope(...), desc=...)
+        return "equals pl.apply_rope(..., 'interleaved') for n, d = (5, 8), (9, 16)"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.resources
+import json
+import math
+import pkgutil
+import re
+import textwrap
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+__all__ = [
+    "check",
+    "verify",
+    "results",
+    "exercise",
+    "plant",
+    "call",
+    "expect",
+    "expect_close",
+    "Result",
+    "Wrong",
+    "CHECKS",
+    "all_checks",
+    "numbers",
+]
+
+
+class Wrong(Exception):
+    """A check's verdict that the answer is not right yet (its message says why)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """What one check said: ``passed`` and the sentence shown to the reader."""
+
+    label: str
+    passed: bool
+    message: str
+
+    def __str__(self) -> str:
+        mark = "right" if self.passed else "not yet"
+        text = self.message[:1].upper() + self.message[1:]
+        number = numbers().get(self.label)
+        name = f"{number} ({self.label})" if number else self.label
+        return f"Exercise {name}: {mark}. {text}"
+
+
+@dataclasses.dataclass
+class Check:
+    """One exercise's check: ``run(answer)`` says what was checked, or raises Wrong."""
+
+    label: str
+    chapter: str  # the notebook, e.g. "part3/rope"
+    stub: str  # the student edition's answer cell starts from this code
+    run: Callable[[Any], str]
+    planted: list[tuple[Any, str]] = dataclasses.field(default_factory=list)
+
+
+CHECKS: dict[str, Check] = {}
+_RESULTS: dict[str, Result] = {}
+
+
+def exercise(label: str, *, chapter: str, stub: str):
+    """Register ``run(answer) -> str`` as the check of exercise ``label``."""
+    if not isinstance(label, str) or not label.startswith("ex-"):
+        raise ValueError(f"label must be an exercise label 'ex-...', got {label!r}")
+    if label in CHECKS:
+        raise ValueError(f"exercise {label!r} already has a check")
+
+    def register(run: Callable[[Any], str]) -> Callable[[Any], str]:
+        CHECKS[label] = Check(label, chapter, stub, run)
+        return run
+
+    return register
+
+
+def plant(label: str, answer: Any, says: str) -> None:
+    """Record a wrong answer to ``label`` whose verdict must contain ``says``."""
+    if label not in CHECKS:
+        raise KeyError(f"plant: no check registered for {label!r}")
+    CHECKS[label].planted.append((answer, says))
+
+
+def _unanswered(answer: Any) -> bool:
+    return answer is None or answer is Ellipsis
+
+
+def numbers() -> dict[str, str]:
+    """Every exercise's number on the site, by label ("ex-rope-complex": "14.1"):
+    ``posenc_lib/data/exercise_numbers.json``, written by
+    ``tools/build/exercise_numbers.py`` from _toc.yml."""
+    global _NUMBERS
+    if _NUMBERS is None:
+        path = importlib.resources.files("posenc_lib") / "data/exercise_numbers.json"
+        _NUMBERS = json.loads(path.read_text()) if path.is_file() else {}
+    return _NUMBERS
+
+
+_NUMBERS: dict[str, str] | None = None
+
+
+def _label(exercise: str) -> str:
+    """``exercise`` as a label: "14.1" -> "ex-rope-complex"; a label unchanged."""
+    if not isinstance(exercise, str):
+        raise TypeError(
+            f"exercise must be a label like 'ex-rope-complex' or a number like '14.1', "
+            f"got {type(exercise).__name__}"
+        )
+    if re.fullmatch(r"\d+\.\d+", exercise.strip()):
+        by_number = {n: label for label, n in numbers().items()}
+        if exercise.strip() not in by_number:
+            raise KeyError(f"there is no exercise {exercise} in the course")
+        return by_number[exercise.strip()]
+    return exercise
+
+
+def verify(label: str, answer: Any) -> Result:
+    """Run the check of exercise ``label`` (its label, "ex-rope-complex", or its
+    number on the site, "14.1") on ``answer`` and return its verdict (never raises
+    over the answer; an unknown exercise is a KeyError naming the known ones)."""
+    _load()
+    label = _label(label)
+    if label not in CHECKS:
+        known = ", ".join(sorted(CHECKS)) or "none"
+        raise KeyError(f"no check for exercise {label!r}; known: {known}")
+    if _unanswered(answer):
+        result = Result(
+            label, False, "No answer yet: replace the `...` in the answer cell."
+        )
+    else:
+        try:
+            checked = CHECKS[label].run(answer)
+            result = Result(label, True, checked)
+        except Wrong as wrong:
+            result = Result(label, False, str(wrong))
+        except Exception as error:  # a bug in the answer that escaped call()
+            result = Result(
+                label, False, f"checking your answer raised {_describe(error)}"
+            )
+    _RESULTS[label] = result
+    return result
+
+
+def check(label: str, answer: Any) -> None:
+    """Check ``answer`` to exercise ``label`` ("ex-rope-complex" or "14.1") and print
+    the verdict (wrapped at 88 columns, as the book's code is)."""
+    print(textwrap.fill(str(verify(label, answer)), 88, break_long_words=False))
+
+
+def results() -> dict[str, Result]:
+    """The last verdict of every check run in this session (label -> Result)."""
+    return dict(_RESULTS)
+
+
+# ---- tools for writing checks ---------------------------------------------------
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def call(fn: Any, *args: Any, desc: str, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, with a crash or a missing body turned into a verdict
+    that names the input (``desc``)."""
+    if not callable(fn):
+        raise Wrong(f"expected a function, got {type(fn).__name__} ({fn!r:.60})")
+    try:
+        out = fn(*args, **kwargs)
+    except Exception as error:
+        raise Wrong(f"on {desc}, your function raised {_describe(error)}") from None
+    if out is None:
+        raise Wrong(
+            f"on {desc}, your function returned None: did it forget to `return`?"
+        )
+    return out
+
+
+def expect(condition: bool, message: str) -> None:
+    """Raise Wrong(message) unless ``condition``."""
+    if not condition:
+        raise Wrong(message)
+
+
+def _as_array(value: Any, what: str, desc: str) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().double().numpy()
+    if isinstance(value, (int, float, np.number, np.ndarray, list, tuple)):
+        try:
+            return np.asarray(value, dtype=float)
+        except (TypeError, ValueError):
+            pass
+    raise Wrong(
+        f"on {desc}, {what} should be a number or a tensor, got {type(value).__name__}"
+    )
+
+
+def expect_close(
+    got: Any,
+    want: Any,
+    *,
+    desc: str,
+    what: str = "your answer",
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+) -> None:
+    """Compare shape and values; the verdict names the first entry that differs."""
+    g, w = _as_array(got, what, desc), _as_array(want, "the reference", desc)
+    if g.shape != w.shape:
+        raise Wrong(
+            f"on {desc}, {what} has shape {tuple(g.shape)}, expected {tuple(w.shape)}"
+        )
+    if not np.all(np.isfinite(g)) and np.all(np.isfinite(w)):
+        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(g))[0])
+        raise Wrong(f"on {desc}, {what} has a non-finite entry at {bad}")
+    err = np.abs(g - w)
+    bad_mask = err > atol + rtol * np.abs(w)
+    if bad_mask.any():
+        if g.ndim == 0:
+            raise Wrong(f"on {desc}, {what} is {float(g):.6g}, expected {float(w):.6g}")
+        idx = tuple(int(i) for i in np.argwhere(bad_mask)[0])
+        raise Wrong(
+            f"on {desc}, {what} differs at entry {idx}: {g[idx]:.6g} where "
+            f"{w[idx]:.6g} was expected ({int(bad_mask.sum())} of {g.size} entries "
+            f"differ, the largest by {float(err.max()):.3g})"
+        )
+
+
+def isclose(a: float, b: float, rel: float = 1e-6) -> bool:
+    return math.isclose(float(a), float(b), rel_tol=rel, abs_tol=1e-12)
+
+
+# ---- the chapters' checks, registered on first use -------------------------------
+
+_LOADED = False
+
+
+def all_checks() -> dict[str, Check]:
+    """Every registered check (label -> Check), the chapters' modules loaded."""
+    _load()
+    return dict(CHECKS)
+
+
+def _load() -> None:
+    """Import every ``posenc_lib/exercises/<chapter>.py`` (each registers checks)."""
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")

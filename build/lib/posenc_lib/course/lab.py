@@ -1,0 +1,483 @@
+"""The length-extrapolation lab: train a tiny causal LM at length L, evaluate it
+at f x L.
+
+One seeded harness for every encoding in ``REGISTRY`` (Part III, "The
+length-extrapolation lab")::
+
+    >>> cfg = LabConfig(steps=150)  # Markov data, L = 16, factors 1, 2, 4, 8
+    >>> results = run_lab(["alibi", "sinusoidal"], cfg, seeds=(0,))
+    >>> print(format_table(results))
+
+Protocol (the ALiBi paper's "train short, test long", Press et al. 2022, at toy scale):
+
+* every encoding trains the same ``TinyTransformer`` from the same initial seed on the
+  same batches of length L (``train_len``), with ``max_len = L`` handed to its factory;
+* evaluation uses one fixed set of long sequences of ``max(factors) * L`` tokens, cut
+  into windows of ``n = f * L`` tokens, so every length scores exactly the same
+  predicted tokens;
+* ``loss_in`` is the loss at 1 x L on the second half of each window (positions
+  L/2 .. L-1, positions the model trained on, with warm context); ``loss_past[f]`` is
+  the loss at f x L on positions L .. fL-1, which no training window reached.
+  ``rise(f)`` is their difference: ~0 means the encoding extrapolates, > 0 means the
+  loss grows past L;
+* an encoding that cannot run past L (a learned table raises) is reported as undefined
+  (nan) there, with the reason, instead of failing the run.
+
+Data: ``"markov"`` is an order-k Markov chain (``MarkovSource``) whose entropy rate is a
+known loss floor; ``"stdlib"`` is characters of the Python standard library's own
+source, split into a training part (the first 90 %) and an evaluation part (the rest).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from ..base import HOOKS, overrides
+from ..data import MarkovSource, stdlib_corpus
+from ..model import TinyTransformer
+from .plotting import color_for
+from ..registry import REGISTRY, make_encoding
+from ..train import train
+from ..utils import check_head_split, check_positive_int, get_device, seed_everything
+
+__all__ = [
+    "sequence_encodings",
+    "LabConfig",
+    "LabData",
+    "LabResult",
+    "make_lab_data",
+    "run_encoding",
+    "run_lab",
+    "format_table",
+    "plot_lab",
+    "summarize",
+]
+
+_EVAL_SEED = 10_000  # the evaluation set does not depend on the training seed
+
+
+@dataclass(frozen=True)
+class LabConfig:
+    """Everything that defines one lab run (sizes, data and training); seeds are passed
+    separately."""
+
+    dataset: str = "markov"  # "markov" or "stdlib"
+    train_len: int = 16  # L, the training length
+    factors: tuple[int, ...] = (1, 2, 4, 8)  # evaluate at f * L
+    steps: int = 150
+    batch_size: int = 16
+    lr: float = 1e-2
+    d_model: int = 32
+    n_heads: int = 4
+    n_layers: int = 1
+    eval_sequences: int = 32  # long evaluation sequences of max(factors) * L tokens
+    markov_states: int = 8
+    markov_order: int = 2
+    markov_temperature: float = (
+        0.25  # sharp transitions: knowing the last two tokens pays
+    )
+    markov_seed: int = 0  # the chain itself (its transition table)
+    corpus_chars: int = 200_000
+
+    def __post_init__(self) -> None:
+        if self.dataset not in ("markov", "stdlib"):
+            raise ValueError(
+                f"dataset must be 'markov' or 'stdlib', got {self.dataset!r}"
+            )
+        for name in (
+            "train_len",
+            "steps",
+            "batch_size",
+            "d_model",
+            "n_heads",
+            "n_layers",
+            "eval_sequences",
+            "markov_states",
+            "markov_order",
+            "corpus_chars",
+        ):
+            check_positive_int(getattr(self, name), name)
+        if self.train_len < 2:
+            raise ValueError(
+                "train_len must be >= 2 (loss_in uses the window's second half), got "
+                f"{self.train_len}"
+            )
+        if not self.factors or any(
+            isinstance(f, bool) or not isinstance(f, int) or f < 1 for f in self.factors
+        ):
+            raise ValueError(
+                f"factors must be a non-empty tuple of ints >= 1, got {self.factors!r}"
+            )
+        if 1 not in self.factors or list(self.factors) != sorted(set(self.factors)):
+            raise ValueError(
+                "factors must be increasing and include 1 (the in-distribution "
+                f"reference), got {self.factors!r}"
+            )
+        if not 0 < self.lr < math.inf:
+            raise ValueError(f"lr must be a finite number > 0, got {self.lr}")
+        check_head_split(self.d_model, self.n_heads)
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        return tuple(f * self.train_len for f in self.factors)
+
+    def describe(self) -> str:
+        """The harness in words, generated from this configuration: chapters print it
+        instead of typing a description that could drift from the code."""
+        if self.dataset == "markov":
+            floor = MarkovSource(
+                self.markov_states,
+                self.markov_order,
+                self.markov_seed,
+                self.markov_temperature,
+            ).loss_floor
+            data = (
+                f"an order-{self.markov_order} Markov chain over "
+                f"{self.markov_states} symbols (temperature "
+                f"{self.markov_temperature:g}, chain seed {self.markov_seed}); its "
+                f"entropy rate, the loss floor, is {floor:.3f} nats/token"
+            )
+        else:
+            data = (
+                f"the first {self.corpus_chars:,} characters of the Python standard "
+                "library's own source"
+            )
+        lengths = ", ".join(f"{n}" for n in self.lengths)
+        return "\n".join(
+            [
+                f"- Data: {data}.",
+                f"- Model: {self.n_layers} layer(s), d_model {self.d_model}, "
+                f"{self.n_heads} heads ({self.d_model // self.n_heads} dimensions "
+                "per head).",
+                f"- Training: {self.steps} steps of {self.batch_size} windows of "
+                f"L = {self.train_len} tokens (AdamW, learning rate {self.lr:g}).",
+                f"- Evaluation: {self.eval_sequences} long sequences, read in windows "
+                f"of N = {lengths} tokens; reported: the loss on positions past L "
+                "and the mean loss over each window.",
+            ]
+        )
+
+
+@dataclass
+class LabData:
+    """Token tensors for one seed: ``train`` ``(steps * batch_size, L + 1)``, ``eval``
+    ``(B, max_len + 1)``."""
+
+    vocab_size: int
+    train: torch.Tensor
+    eval: torch.Tensor
+    floor: float | None  # the Markov chain's entropy rate (nats), None for real text
+
+    def batches(self, batch_size: int):
+        """``step -> (tokens, targets, None)``: the step-th block of ``batch_size``
+        training windows."""
+
+        def batch(step: int):
+            x = self.train[step * batch_size : (step + 1) * batch_size]  # (b, L + 1)
+            return x[:, :-1], x[:, 1:], None
+
+        return batch
+
+
+def _windows(
+    stream: torch.Tensor, count: int, length: int, generator: torch.Generator
+) -> torch.Tensor:
+    """``(count, length)`` windows of a 1-D token stream at random offsets."""
+    if length > len(stream):
+        raise ValueError(
+            f"a window of {length} tokens does not fit "
+            f"the {len(stream)} tokens available"
+        )
+    starts = torch.randint(len(stream) - length + 1, (count,), generator=generator)
+    return stream[starts[:, None] + torch.arange(length)]
+
+
+def make_lab_data(cfg: LabConfig, seed: int) -> LabData:
+    """The training batches for ``seed`` and the fixed evaluation set of
+    ``cfg``'s dataset."""
+    train_gen = seed_everything(seed)
+    eval_gen = torch.Generator().manual_seed(_EVAL_SEED)
+    n_train, n_eval = cfg.steps * cfg.batch_size, max(cfg.lengths) + 1
+    if cfg.dataset == "markov":
+        source = MarkovSource(
+            cfg.markov_states,
+            cfg.markov_order,
+            seed=cfg.markov_seed,
+            temperature=cfg.markov_temperature,
+        )
+        return LabData(
+            cfg.markov_states,
+            source.sample(n_train, cfg.train_len + 1, train_gen),
+            source.sample(cfg.eval_sequences, n_eval, eval_gen),
+            source.loss_floor,
+        )
+    corpus = stdlib_corpus(cfg.corpus_chars)
+    split = int(0.9 * len(corpus.data))
+    return LabData(
+        corpus.vocab_size,
+        _windows(corpus.data[:split], n_train, cfg.train_len + 1, train_gen),
+        _windows(corpus.data[split:], cfg.eval_sequences, n_eval, eval_gen),
+        None,
+    )
+
+
+@dataclass
+class LabResult:
+    """One encoding, one seed. Losses in nats per predicted token; nan where
+    undefined."""
+
+    encoding: str
+    seed: int
+    lengths: tuple[int, ...]
+    loss_in: float  # 1 x L, positions L/2 .. L-1
+    loss_past: dict[int, float]  # n -> loss at positions L .. n-1 (n > L)
+    loss_mean: dict[int, float]  # n -> loss over every position of the windows
+    per_position: list[
+        float
+    ]  # loss at each position 0 .. max(n)-1 of the longest windows
+    train_loss: float  # mean of the last 10 % of training steps
+    seconds: float
+    undefined: str = ""  # why some lengths are undefined ("" if none)
+    train_len: int = field(default=0)
+
+    def rise(self, n: int) -> float:
+        """``loss_past[n] - loss_in``: how much worse than in-distribution past L
+        (nan if undefined)."""
+        return self.loss_past[n] - self.loss_in
+
+
+@torch.no_grad()
+def _token_losses(
+    model: torch.nn.Module, tokens: torch.Tensor, n: int, device: torch.device
+) -> torch.Tensor:
+    """Cut ``(B, N + 1)`` sequences into windows of n tokens; ``(B * N / n, n)``
+    per-token losses."""
+    total = tokens.shape[1] - 1
+    x = tokens[:, :total].reshape(-1, n).to(device)  # (w, n)
+    y = tokens[:, 1:].reshape(-1, n).to(device)  # (w, n)
+    logits = model(x)  # (w, n, V)
+    return (
+        F.cross_entropy(logits.transpose(1, 2), y, reduction="none").float().cpu()
+    )  # (w, n)
+
+
+def sequence_encodings() -> list[str]:
+    """The registered encodings this harness can run, sorted: those that read 1-D token
+    positions and need no side inputs (an image's coordinates or a graph's distances do
+    not exist in a text sequence). A method registered later joins automatically."""
+    names = []
+    for name, factory in REGISTRY.items():
+        pe = factory(d_model=32, n_heads=4, max_len=16)
+        if pe.coord_axes is None and not pe.side_inputs:
+            names.append(name)
+    return sorted(names)
+
+
+def run_encoding(
+    name: str,
+    cfg: LabConfig,
+    data: LabData,
+    seed: int = 0,
+    device: torch.device | None = None,
+) -> LabResult:
+    """Train ``REGISTRY[name]`` at length L on ``data`` and evaluate it at every length
+    of ``cfg``."""
+    if name not in REGISTRY:
+        raise KeyError(
+            f"unknown encoding {name!r}; registered: {', '.join(sorted(REGISTRY))}"
+        )
+    device = device or get_device()
+    L = cfg.train_len
+    start = time.perf_counter()
+    seed_everything(seed)  # the same initial weights for every encoding
+    pe = make_encoding(name, d_model=cfg.d_model, n_heads=cfg.n_heads, max_len=L)
+    model = TinyTransformer(
+        data.vocab_size, cfg.d_model, cfg.n_heads, cfg.n_layers, pe=pe
+    ).to(device)
+    losses = train(
+        model,
+        data.batches(cfg.batch_size),
+        cfg.steps,
+        lr=cfg.lr,
+        device=device,
+        progress=False,
+    )
+    tail = losses[-max(1, len(losses) // 10) :]
+
+    loss_past, loss_mean, per_position, undefined = {}, {}, [], ""
+    for n in cfg.lengths:
+        try:
+            ce = _token_losses(model, data.eval, n, device)  # (w, n)
+        except Exception as err:  # noqa: BLE001  (only past L, re-raised below)
+            if n <= L:
+                raise
+            undefined = undefined or f"{type(err).__name__}: {err}"
+            loss_past[n] = loss_mean[n] = math.nan
+            continue
+        loss_mean[n] = ce.mean().item()
+        if n == L:
+            loss_in = ce[:, L // 2 :].mean().item()
+        if n > L:
+            loss_past[n] = ce[:, L:].mean().item()
+        if n == max(cfg.lengths):
+            per_position = ce.mean(0).tolist()
+    return LabResult(
+        name,
+        seed,
+        cfg.lengths,
+        loss_in,
+        loss_past,
+        loss_mean,
+        per_position,
+        sum(tail) / len(tail),
+        time.perf_counter() - start,
+        undefined,
+        L,
+    )
+
+
+def run_lab(
+    names: list[str] | tuple[str, ...],
+    cfg: LabConfig,
+    seeds: tuple[int, ...] = (0,),
+    device: torch.device | None = None,
+    verbose: bool = True,
+    progress: bool = False,
+) -> list[LabResult]:
+    """``run_encoding`` for every name and seed (the data is built once per seed).
+
+    ``verbose`` prints a line per run; ``progress`` shows one progress bar for the
+    whole sweep instead (print ``format_table(results)`` afterwards for one table).
+    """
+    if not names:
+        raise ValueError("names must list at least one encoding")
+    if not seeds:
+        raise ValueError("seeds must list at least one seed")
+    results = []
+    bar = tqdm(
+        total=len(names) * len(seeds), desc="lab", disable=not progress, leave=False
+    )
+    for seed in seeds:
+        data = make_lab_data(cfg, seed)
+        for name in names:
+            bar.set_postfix_str(f"{name}, seed {seed}")
+            res = run_encoding(name, cfg, data, seed, device)
+            results.append(res)
+            bar.update()
+            if verbose and not progress:
+                print(_line(res))
+    bar.close()
+    return results
+
+
+def encoding_groups(names) -> dict[str, list[str]]:
+    """Sort registered encodings by how position enters attention, read from the hooks
+    each overrides (for small multiples instead of one crowded plot)."""
+    groups: dict[str, list[str]] = {
+        "added to the input": [],
+        "rotations of q and k": [],
+        "biases and re-weighting of scores": [],
+        "no position index (mask, gates, data)": [],
+    }
+    for name in names:
+        pe = REGISTRY[name](d_model=32, n_heads=4, max_len=16)
+        own = {h for h in HOOKS if overrides(pe, h)}
+        if "encode_input" in own:
+            groups["added to the input"].append(name)
+        elif pe._ctx_hooks or not own:  # reads the data, or nothing at all
+            groups["no position index (mask, gates, data)"].append(name)
+        elif "transform_qk" in own:
+            groups["rotations of q and k"].append(name)
+        else:
+            groups["biases and re-weighting of scores"].append(name)
+    return {k: v for k, v in groups.items() if v}
+
+
+def _line(res: LabResult) -> str:
+    past = "  ".join(
+        f"{n:>4}: {res.loss_past[n]:.3f}" for n in res.lengths if n > res.train_len
+    )
+    note = "  (undefined past L)" if res.undefined else ""
+    return (
+        f"{res.encoding:>15} seed {res.seed}  in {res.loss_in:.3f}  past L -> {past}  "
+        f"[{res.seconds:.1f}s]{note}"
+    )
+
+
+def summarize(results: list[LabResult]) -> dict[str, dict[str, float]]:
+    """Mean over seeds, per encoding: ``{"in": loss_in, n: rise(n) for each n > L}``."""
+    out: dict[str, dict] = {}
+    for name in dict.fromkeys(r.encoding for r in results):
+        rows = [r for r in results if r.encoding == name]
+        entry: dict = {"in": sum(r.loss_in for r in rows) / len(rows)}
+        for n in rows[0].lengths:
+            if n > rows[0].train_len:
+                entry[n] = sum(r.rise(n) for r in rows) / len(rows)
+        out[name] = entry
+    return out
+
+
+def format_table(results: list[LabResult]) -> str:
+    """A text table: loss at 1 x L, then the rise past L at each longer length
+    (mean over seeds)."""
+    summary = summarize(results)
+    lengths = [n for n in results[0].lengths if n > results[0].train_len]
+    seeds = sorted({r.seed for r in results})
+    head = f"{'encoding':>15} | {'loss@L':>7} | " + " | ".join(
+        f"rise@{n:<4}" for n in lengths
+    )
+    lines = [
+        f"mean over seeds {seeds}; rise = loss past L minus loss at L (nats)",
+        head,
+        "-" * len(head),
+    ]
+    for name, entry in summary.items():
+        cells = " | ".join(
+            "    n/a " if math.isnan(entry[n]) else f"{entry[n]:+8.3f}" for n in lengths
+        )
+        lines.append(f"{name:>15} | {entry['in']:7.3f} | {cells}")
+    return "\n".join(lines)
+
+
+def plot_lab(
+    results: list[LabResult], ax=None, floor: float | None = None, title: str = ""
+):
+    """Loss vs evaluation length (mean over seeds): ``loss_in`` at L, then
+    ``loss_past`` beyond."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.gca()
+    L = results[0].train_len
+    for name in dict.fromkeys(r.encoding for r in results):
+        rows = [r for r in results if r.encoding == name]
+        xs = list(rows[0].lengths)
+        ys = [
+            sum(r.loss_in if n == L else r.loss_past[n] for r in rows) / len(rows)
+            for n in xs
+        ]
+        ax.plot(
+            xs,
+            ys,
+            "o-",
+            color=color_for(name),
+            label=name + (" (undefined past L)" if rows[0].undefined else ""),
+        )
+    if floor is not None:
+        ax.axhline(
+            floor, color="black", ls=":", lw=1, label="loss floor (entropy rate)"
+        )
+    ax.axvline(L, color="gray", ls="--", lw=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(results[0].lengths), [str(n) for n in results[0].lengths])
+    ax.set(
+        xlabel="evaluation length n (training length L dashed)",
+        ylabel="loss past L (nats / token)",
+        title=title,
+    )
+    return ax

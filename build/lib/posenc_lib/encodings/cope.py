@@ -1,0 +1,211 @@
+"""CoPE, contextual position encoding (Golovneva et al., 2024): positions that count
+only the tokens a query cares about.
+
+An integer position counts every token. CoPE lets each query decide, token by token,
+what counts. Query i gives every key t it may attend to a gate from the scaled logit::
+
+    g_it = sigmoid(s_it),   s_it = q_i . k_t / sqrt(d)   (-inf where masked: g = 0)
+
+and the position of key j *as seen from query i* is the number of counted tokens from
+j to i, both included::
+
+    p_ij = sum_{t=j..i} g_it            in (0, i - j + 1], clamped to n_positions - 1
+
+With every gate 1, p_ij = i - j + 1: an ordinary relative position. A fractional
+p_ij lies between two rows of a learned table ``e`` ``(n_positions, d)``, shared by
+the heads of a layer, and is read by linear interpolation::
+
+    e[p] = (p - floor p) e[ceil p] + (1 - p + floor p) e[floor p]
+
+The term added to the scores is q_i . e[p_ij]. The interpolation is linear, so it
+commutes with the dot product: with z_i[k] = q_i . e[k] for the integer k,
+``q_i . e[p] = (p - floor p) z_i[ceil p] + (1 - p + floor p) z_i[floor p]``. One
+product ``(b, h, i, n_positions)`` and two gathers replace a d-vector per (i, j).
+
+**Where the term sits** (the paper writes no 1/sqrt(d) anywhere): the scores become
+``q_i . k_j / sqrt(d) + q_i . e[p_ij]``, the CoPE term *not* divided by sqrt(d), as in
+the paper's appendix code (``SelfAttn.forward``: ``attn_logits / sqrt(head_dim)``,
+``+= mask.log()``, ``+= self.cope(query, attn_logits)``) and in x-transformers
+(``Attend.forward``: ``sim * scale``, masked, then ``sim + self.cope(q, sim)``). The
+authors' training code (github.com/facebookresearch/RAM, ``projects/cope/src/cope/
+context_position.py``, ``ContextPosSelfAttn``) by default divides the sum
+``q.k + q.e[p]`` by sqrt(d) and keeps the appendix form behind ``--cope-nodiv``; the
+two differ only in the scale of the learned table (e versus e / sqrt(d)).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..base import Context, PositionalEncoding
+from ..registry import register
+from ..utils import check_positive_int
+
+__all__ = ["CoPE", "cope_positions", "cope_bias"]
+
+
+def _check_float(t: object, name: str) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        raise TypeError(
+            f"{name} must be a floating-point tensor, got "
+            f"{getattr(t, 'dtype', type(t).__name__)}"
+        )
+    return t
+
+
+def cope_positions(logits: torch.Tensor, n_positions: int) -> torch.Tensor:
+    """Masked scaled logits ``(b, h, i, j)`` -> contextual positions ``(b, h, i, j)``.
+
+    ``p_ij = min(sum_{t >= j} sigmoid(logits_it), n_positions - 1)``: with ``-inf``
+    where query i may not attend (its gates are 0), that is ``sum_{t=j..i} g_it`` for
+    causal attention. The sum runs along the key axis as given, which must be position
+    order (``CoPE.transform_scores`` sorts the keys by position before calling it).
+    ``logits`` must not hold NaN (``ValueError``).
+    """
+    _check_float(logits, "logits")
+    n_positions = check_positive_int(n_positions, "n_positions")
+    if logits.dim() != 4:
+        raise ValueError(
+            f"logits must have shape (b, h, i, j), got {tuple(logits.shape)}"
+        )
+    # g_it = sigmoid(s_it): 0 where masked (s = -inf), so masked keys count nothing
+    gates = torch.sigmoid(logits)  # (b, h, i, j)
+    # p_ij = sum_{t >= j} g_it: a cumulative sum from the last key backwards
+    pos = gates.flip(-1).cumsum(-1).flip(-1)  # (b, h, i, j)
+    if torch.isnan(pos[..., 0]).any():  # p_i0 sums the whole row: NaN if any is
+        raise ValueError(
+            "logits hold NaN; CoPE's gates need real logits (-inf where masked)"
+        )
+    return pos.clamp(max=n_positions - 1)
+
+
+def cope_bias(
+    q: torch.Tensor, logits: torch.Tensor, pos_emb: torch.Tensor
+) -> torch.Tensor:
+    """CoPE's term ``q_i . e[p_ij]`` ``(b, h, i, j)``, to add to the scaled scores.
+
+    ``q`` ``(b, h, i, d)``: the queries. ``logits`` ``(b, h, i, j)``: the scaled
+    scores ``q.k / sqrt(d)``, with ``-inf`` where a query may not attend (the authors
+    add ``mask.log()``). ``pos_emb`` ``(n_positions, d)``: the table e of integer
+    positions 0 .. n_positions - 1, one for all heads. Positions come from
+    ``cope_positions``; the fractional ones interpolate the scalars z_i[k] = q_i . e[k]
+    (equal to interpolating the vectors, and n_positions / j times the work).
+    Positions beyond ``n_positions - 1`` are clamped to it.
+    """
+    _check_float(q, "q")
+    _check_float(logits, "logits")
+    _check_float(pos_emb, "pos_emb")
+    if q.dim() != 4:
+        raise ValueError(f"q must have shape (b, h, i, d), got {tuple(q.shape)}")
+    if pos_emb.dim() != 2:
+        raise ValueError(
+            f"pos_emb must have shape (n_positions, d), got {tuple(pos_emb.shape)}"
+        )
+    n_positions, d = pos_emb.shape
+    if n_positions == 0:
+        raise ValueError(
+            "pos_emb must hold at least one position (n_positions > 0), got shape "
+            f"{tuple(pos_emb.shape)}"
+        )
+    if d != q.shape[-1]:
+        raise ValueError(
+            f"pos_emb must have shape (n_positions, {q.shape[-1]}) to match q "
+            f"{tuple(q.shape)}, got {tuple(pos_emb.shape)}"
+        )
+    if pos_emb.dtype != q.dtype:
+        raise TypeError(f"pos_emb must have q's dtype {q.dtype}, got {pos_emb.dtype}")
+    if logits.dim() != 4 or logits.shape[:3] != q.shape[:3]:
+        raise ValueError(
+            f"logits must have shape ({', '.join(map(str, q.shape[:3]))}, j) to "
+            f"match q {tuple(q.shape)}, got {tuple(getattr(logits, 'shape', ()))}"
+        )
+    pos = cope_positions(logits, n_positions)  # (b, h, i, j), real in [0, P-1]
+    # z_i[k] = q_i . e[k] for every integer position k
+    z = torch.einsum("bhid,kd->bhik", q, pos_emb)  # (b, h, i, P)
+    # no gradient through floor and ceil; it flows through the weight w = p - floor p
+    floor = pos.detach().floor()  # (b, h, i, j)
+    ceil = pos.detach().ceil().long()
+    w = (pos - floor).to(z.dtype)  # the weight of the ceiling
+    # q_i . e[p_ij] = w z_i[ceil p_ij] + (1 - w) z_i[floor p_ij]
+    return torch.lerp(z.gather(-1, floor.long()), z.gather(-1, ceil), w)
+
+
+class CoPE(PositionalEncoding):
+    """CoPE: adds ``q_i . e[p_ij]`` to the scaled scores, ``p_ij`` counted by gates.
+
+    It overrides ``transform_scores`` because the gates read the scaled scores and the
+    mask: it takes ``q`` and the combined mask from the call's context, sets the
+    masked scores to ``-inf`` (the authors add ``mask.log()``) for the gates, and
+    returns ``scores + cope_bias(q, masked, pos_emb)``; the attention function then
+    masks and normalises as usual. Every explicit-score path, not the fused one.
+
+    **No integer positions, only their order.** Contextual positions are sums of gates
+    over the keys between j and i *in position order* (the tokens whose position lies
+    between key j's and query i's), so ``k_pos`` is read only to sort the keys, and
+    shifting the positions changes nothing. With positions that increase along the
+    sequence that is the key (token) axis, on which ``cope_positions`` sums; otherwise
+    ``transform_scores`` sorts the keys by position first (stable: equal positions keep
+    token order), so the count agrees with the causal mask built from the same
+    positions, and the tokens give what they give in position order. CoPE is defined
+    for causal attention (``p_ij`` sums from key j up to query i; x-transformers asserts
+    ``causal`` too), so ``causal_only`` refuses ``causal=False``. A KV cache (fewer
+    queries than keys) is fine: every key is in ``k``.
+
+    **One table per layer, shared by its heads**, ``pos_emb`` ``(n_positions, d)``,
+    initialised to zeros, as in the paper's appendix (``torch.zeros(1, head_dim,
+    npos_max)`` with the heads folded into the batch), the authors' training code and
+    x-transformers (``torch.zeros(max_pos, dim_head)``). ``TinyTransformer`` shares one
+    encoding across blocks unless ``share_pe=False``; the authors give each layer its
+    own table (``--cope-shared`` is off by default).
+    """
+
+    causal_only = True
+    four_terms = {
+        "content-content": "kept",
+        "content-position": "replaced by q_i . e[p_ij], p_ij a count of gated tokens",
+        "position-content": "dropped",
+        "position-position": "dropped",
+    }
+
+    def __init__(self, d_head: int, n_positions: int):
+        super().__init__()
+        self.d_head = check_positive_int(d_head, "d_head")
+        self.n_positions = check_positive_int(n_positions, "n_positions")
+        # e[k] for k = 0 .. n_positions - 1 (p_ij > 0, but floor(p) may be 0)
+        self.pos_emb = nn.Parameter(torch.zeros(n_positions, d_head))
+
+    def transform_scores(
+        self,
+        scores: torch.Tensor,
+        q_pos: torch.Tensor,
+        k_pos: torch.Tensor,
+        ctx: Context,
+    ) -> torch.Tensor:
+        q = ctx.need("q", "CoPE")  # (b, h, i, d)
+        if q.shape[-1] != self.d_head:
+            raise ValueError(
+                f"q must have head dimension {self.d_head} for this CoPE "
+                f"(d_head={self.d_head}), got {tuple(q.shape)}"
+            )
+        mask = ctx.mask  # (b|1, 1|h, i, j) bool, True = may attend; None: all
+        logits = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
+        # count in position order: p_ij sums the gates of the keys t with n_t >= n_j
+        # (the mask removes n_t > m_i), so sort the keys by position, count, and put
+        # the terms back (an identity permutation when positions increase)
+        order = k_pos.argsort(dim=-1, stable=True)  # (b|1, j): token by rank
+        rank = order.argsort(-1)  # (b|1, j): rank of each token
+        b, h, i, j = logits.shape
+        by_pos = logits.gather(-1, order[:, None, None, :].expand(b, h, i, j))
+        bias = cope_bias(q, by_pos, self.pos_emb)  # (b, h, i, j), keys by position
+        return scores + bias.gather(-1, rank[:, None, None, :].expand(b, h, i, j))
+
+    def extra_repr(self) -> str:
+        return f"d_head={self.d_head}, n_positions={self.n_positions}"
+
+
+@register("cope", needs_max_len=True)
+def _make(*, d_model: int, n_heads: int, max_len: int) -> CoPE:
+    # p_ij <= i - j + 1 <= max_len: max_len + 1 rows (0 .. max_len) never clamp within
+    # the training length, the authors' default (``cope_npos = block_size + 1``)
+    return CoPE(d_model // n_heads, max_len + 1)

@@ -1,0 +1,285 @@
+"""PaTH attention (Yang et al., 2025): position as a product of data-dependent
+Householder-like transforms.
+
+No position enters the embeddings. Every token t writes, per head, a direction w_t
+and a strength beta_t, both computed from the layer input x_t, which make the matrix::
+
+    H_t = I - beta_t w_t w_t^T                           (d, d), beta_t in [0, 2]
+
+and query i scores key j <= i through the transforms of the tokens after j, up to i::
+
+    s_ij = q_i^T H_i H_{i-1} ... H_{j+1} k_j / sqrt(d)      (q_i^T k_j when i = j)
+    o_i  = sum_j softmax_j(s_ij + D_ij) v_j
+
+D is FoX's forget-gate bias (``forgetting_bias``) for PaTH-FoX, 0 for plain PaTH.
+With unit w_t, H_t has eigenvalue 1 - beta_t along w_t and 1 elsewhere, so
+||H_t|| <= 1 exactly for beta_t in [0, 2]: 0 is the identity (NoPE), 2 a reflection
+(two reflections make a rotation: RoPE is the data-independent special case).
+
+Reference: ``naive_path_attn`` in ``fla/ops/path_attn/naive.py`` and the layer
+``PaTHAttention`` in ``fla/layers/path_attn.py`` of
+github.com/fla-org/flash-linear-attention (read at commit bc3b101d).
+``path_attention`` equals ``naive_path_attn`` with ``g = 0`` (tests/test_path.py).
+
+**The gate convention.** fla adds the log gates *before* the softmax scale, in the
+reference and in the Triton kernel (``(s + g_i - g_j) * scale``): its gate is
+ours multiplied by 1/scale. The library keeps FoX's convention (the gate added after
+the scale, ``softmax(q.k/sqrt(d) + D)``), so that PaTH-FoX with beta = 0 is exactly
+``pl.ForgettingAttention``; fla's ``g`` is our ``log_f = scale * g``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..base import Context, PositionalEncoding
+from ..registry import register
+from ..utils import check_heads, check_positive_int
+from .fox import _bias as _forgetting_bias
+from .fox import _position_order
+
+__all__ = ["PaTHAttention", "path_attention", "path_scores"]
+
+
+def _check(q, k, w, beta) -> None:
+    """Shapes and values of a PaTH call: clear errors naming the argument."""
+    for name, t in (("q", q), ("k", k), ("w", w), ("beta", beta)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            raise TypeError(
+                f"{name} must be a floating-point tensor, got "
+                f"{getattr(t, 'dtype', type(t).__name__)}"
+            )
+    if q.dim() != 4 or k.shape != q.shape or w.shape != q.shape:
+        raise ValueError(
+            "q, k and w must have the same shape (b, h, n, d), got "
+            f"{tuple(q.shape)}, {tuple(k.shape)} and {tuple(w.shape)}"
+        )
+    if beta.shape != q.shape[:3]:
+        raise ValueError(
+            f"beta must have shape (b, h, n) = {tuple(q.shape[:3])}, "
+            f"got {tuple(beta.shape)}"
+        )
+    if not torch.isfinite(beta).all() or (beta < 0).any() or (beta > 2).any():
+        raise ValueError(
+            "beta must lie in [0, 2] (H = I - beta w w^T has norm <= 1 for a unit w; "
+            "the layer makes beta = 2 sigmoid(.) in (0, 2)), got values in "
+            f"[{beta.min().item():.4g}, {beta.max().item():.4g}]"
+        )
+
+
+def _diagonal_scores(q, k, w, beta) -> torch.Tensor:
+    """``path_scores`` without checks, in token order: ``(b, h, i, j)``."""
+    b, h, n, _ = q.shape
+    s = q.new_full((b, h, n, n), float("-inf"))
+    # r = 0: s_ii = q_i . k_i
+    s.diagonal(0, -2, -1).copy_((q * k).sum(-1))
+    u = q  # u_i = H_{i-r+1} ... H_i q_i, for the queries i = r .. n-1
+    for r in range(1, n):
+        u, ws, bs = u[..., 1:, :], w[..., 1 : n - r + 1, :], beta[..., 1 : n - r + 1]
+        # u_i <- H_{i-r+1} u_i = u_i - beta (w . u_i) w
+        u = u - (bs * (u * ws).sum(-1))[..., None] * ws  # (b, h, n-r, d)
+        # s_{i, i-r} = u_i . k_{i-r}: the r-th diagonal below the main one
+        s.diagonal(-r, -2, -1).copy_((u * k[..., : n - r, :]).sum(-1))
+    return s
+
+
+def path_scores(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    w: torch.Tensor,
+    beta: torch.Tensor,
+    pos: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Unscaled PaTH logits ``s_ij = q_i^T H_i ... H_{j+1} k_j`` ``(b, h, i, j)``,
+    -inf above the diagonal (PaTH is causal).
+
+    q, k, w ``(b, h, n, d)``, beta ``(b, h, n)`` in [0, 2]; ``w`` is used as given
+    (the layer normalises it). ``pos`` ``(b|1, n)``: the transforms are multiplied in
+    position order (stable for ties), None for token order.
+
+    Cost: O(n^2 d) in n - 1 steps. Step r applies one transform to every query
+    (``u_i <- H_{i-r+1} u_i``, symmetric H) and reads off the r-th diagonal; no
+    d x d matrix and no inverse is ever formed.
+    """
+    _check(q, k, w, beta)
+    return _scores(q, k, w, beta, pos)
+
+
+def _scores(q, k, w, beta, pos) -> torch.Tensor:
+    """``path_scores`` without checks (the layer's w and beta pass them by
+    construction; a hook reads no tensor value into Python)."""
+    if pos is None:
+        return _diagonal_scores(q, k, w, beta)
+    b, h, n, d = q.shape
+    order, rank = _position_order(torch.as_tensor(pos, device=q.device))
+    order, rank = order.expand(b, n), rank.expand(b, n)
+
+    def by_position(t):  # (b, h, n, ...) sorted by position
+        index = order[:, None, :].expand(b, h, n)
+        if t.dim() == 4:
+            return t.gather(2, index[..., None].expand(b, h, n, t.shape[-1]))
+        return t.gather(2, index)
+
+    s = _diagonal_scores(*map(by_position, (q, k, w, beta)))  # position order
+    rows = rank[:, None, :, None].expand(b, h, n, n)
+    cols = rank[:, None, None, :].expand(b, h, n, n)
+    # back to token order: s_tok[a, c] = s_pos[rank a, rank c]
+    return s.gather(2, rows).gather(3, cols)
+
+
+def path_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    w: torch.Tensor,
+    beta: torch.Tensor,
+    log_f: torch.Tensor | None = None,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Causal PaTH attention, ``(b, h, n, e)``:
+    ``o_i = sum_{j<=i} softmax_j(scale * q_i^T H_i ... H_{j+1} k_j + D_ij) v_j``.
+
+    q, k, w ``(b, h, n, d)``, v ``(b, h, n, e)``, beta ``(b, h, n)`` in [0, 2],
+    ``H_t = I - beta_t w_t w_t^T`` with w as given. ``log_f`` ``(b, h, n)``, log
+    forget gates <= 0 (PaTH-FoX): ``D_ij = sum_{l=j+1..i} log f_l``, added *after*
+    the scale, as in FoX (fla adds its ``g`` before: pass ``log_f = scale * g``).
+    ``scale`` defaults to 1/sqrt(d). Tokens are in position order.
+    """
+    _check(q, k, w, beta)
+    if not isinstance(v, torch.Tensor) or v.dim() != 4 or v.shape[:3] != q.shape[:3]:
+        raise ValueError(
+            f"v must have shape (b, h, n, e) with (b, h, n) = {tuple(q.shape[:3])}, "
+            f"got {tuple(getattr(v, 'shape', ()))}"
+        )
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    if not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale must be a positive finite number, got {scale!r}")
+    # scale * q_i^T H_i ... H_{j+1} k_j, -inf above the diagonal
+    scores = _diagonal_scores(q, k, w, beta) * scale  # (b, h, i, j)
+    if log_f is not None:
+        from .fox import forgetting_bias  # its checks: finite, <= 0, (b, h, n)
+
+        if log_f.shape != beta.shape:
+            raise ValueError(
+                f"log_f must have shape (b, h, n) = {tuple(beta.shape)}, "
+                f"got {tuple(log_f.shape)}"
+            )
+        scores = scores + forgetting_bias(log_f)  # + D_ij (FoX)
+    return scores.softmax(-1) @ v  # (b, h, i, e)
+
+
+class PaTHAttention(PositionalEncoding):
+    """PaTH: the scaled logit of query i and key j becomes
+    ``q_i^T H_i ... H_{j+1} k_j / sqrt(d)`` (+ FoX's ``D_ij`` with ``forget_gate``).
+
+    The hook is ``score_bias``: it returns what PaTH adds to the plain logit,
+    ``(q_i^T (H_i ... H_{j+1} - I) k_j) / sqrt(d) + D_ij``, so the attention stays
+    the reference's ``softmax(q.k * scale + bias) v`` and runs on the fused path too
+    (the bias as a float mask). FlexAttention is refused (no ``score_mod``): the
+    product of transforms is not a function of one score and two indices.
+
+    The layer, as fla's ``PaTHAttention`` makes it from the layer input ``x``
+    (read through ``ctx``): ``w = l2_norm(x W_w)`` per head (fla's
+    ``use_low_rank_w=False`` branch: one ``Linear(D, D)``, no bias; fla's default
+    adds a rank-32 bottleneck and a causal short convolution over w, left out here),
+    ``beta = 2 sigmoid(x W_beta + b)`` in (0, 2) (``bt_proj``, one per head), and
+    with ``forget_gate`` FoX's gate ``log f = logsigmoid(x W_f + b_f)``.
+
+    Like FoX it is causal (``causal_only``), reads the transforms of every key from
+    the keys' layer inputs (the whole sequence, or what a ``KVCache`` holds: the
+    queries are then the last of the keys) and multiplies them in position order.
+    """
+
+    causal_only = True
+    four_terms = {
+        "content-content": "kept, through a data-dependent product of transforms",
+        "content-position": "dropped",
+        "position-content": "dropped",
+        "position-position": "dropped; position enters multiplicatively, as in RoPE",
+    }
+
+    def __init__(self, d_model: int, n_heads: int, forget_gate: bool = False):
+        super().__init__()
+        self.d_model = check_positive_int(d_model, "d_model")
+        self.n_heads = check_positive_int(n_heads, "n_heads")
+        if d_model % n_heads:
+            raise ValueError(
+                f"d_model ({d_model}) must be divisible by n_heads ({n_heads})"
+            )
+        if not isinstance(forget_gate, bool):
+            raise TypeError(f"forget_gate must be a bool, got {forget_gate!r}")
+        self.forget_gate = forget_gate
+        self.w_proj = nn.Linear(d_model, d_model, bias=False)  # w_t, every head
+        self.beta_proj = nn.Linear(d_model, n_heads, bias=True)  # beta_t per head
+        self.gate = nn.Linear(d_model, n_heads, bias=True) if forget_gate else None
+        if forget_gate:
+            nn.init.zeros_(self.gate.bias)  # as FoX: f = 1/2 before training
+
+    def transforms(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer input ``(b, n, D)`` -> unit directions ``w`` ``(b, h, n, d)`` and
+        strengths ``beta`` ``(b, h, n)`` in (0, 2)."""
+        if not isinstance(x, torch.Tensor) or x.dim() != 3:
+            raise ValueError(f"x must be a tensor (b, n, D), got {type(x).__name__}")
+        if x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"x must have shape (b, n, {self.d_model}), got {tuple(x.shape)}"
+            )
+        b, n, _ = x.shape
+        w = self.w_proj(x).view(b, n, self.n_heads, -1).transpose(1, 2)
+        # w_t / |w_t|, per head
+        w = F.normalize(w, dim=-1)  # (b, h, n, d)
+        # beta_t = 2 sigmoid(u . x_t + b)
+        beta = 2 * torch.sigmoid(self.beta_proj(x)).transpose(1, 2)  # (b, h, n)
+        return w, beta
+
+    def score_bias(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        q_pos: torch.Tensor,
+        k_pos: torch.Tensor,
+        ctx: Context,
+    ) -> torch.Tensor:
+        check_heads(q, self, self.n_heads)
+        x = ctx.need("x", "PaTHAttention")  # (b, j, D): the keys' layer inputs
+        i, j = q.shape[2], k.shape[2]
+        if x.shape[1] != j or i > j:
+            raise ValueError(
+                "PaTHAttention needs the transform of every key, computed from the "
+                "keys' layer inputs x: call it on the whole sequence (i == j), or "
+                f"through MultiHeadAttention with a KVCache; got {i} queries, {j} keys "
+                f"and x of {x.shape[1]} tokens"
+            )
+        w, beta = self.transforms(x)
+        w, beta = w.to(q.dtype), beta.to(q.dtype)
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        # queries are the last i keys (a KV cache): rows of earlier keys are zeros,
+        # computed and dropped, so the transforms between them still count
+        q_all = torch.cat([q.new_zeros(*q.shape[:2], j - i, q.shape[-1]), q], 2)
+        s = _scores(q_all, k, w, beta, k_pos)[:, :, j - i :]  # (b, h, i, j)
+        # scale * (q_i^T P_ij k_j - q_i^T k_j): what PaTH adds to the plain logit
+        bias = (s - torch.einsum("bhid,bhjd->bhij", q, k)) * scale
+        if self.gate is not None:
+            log_f = F.logsigmoid(self.gate(x)).transpose(1, 2).to(q.dtype)  # (b, h, j)
+            bias = bias + _forgetting_bias(log_f, k_pos)[:, :, j - i :]  # + D_ij
+        return bias  # (b, h, i, j)
+
+    def extra_repr(self) -> str:
+        return (
+            f"d_model={self.d_model}, n_heads={self.n_heads}, "
+            f"forget_gate={self.forget_gate}"
+        )
+
+
+@register("path")
+def _make(*, d_model: int, n_heads: int, max_len: int) -> PaTHAttention:
+    return PaTHAttention(d_model, n_heads)
+
+
+@register("path_fox")
+def _make_fox(*, d_model: int, n_heads: int, max_len: int) -> PaTHAttention:
+    return PaTHAttention(d_model, n_heads, forget_gate=True)

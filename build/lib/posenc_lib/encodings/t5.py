@@ -1,0 +1,175 @@
+"""The T5 relative position bias (Raffel et al., 2020): one learned scalar per head
+per bucket.
+
+Conventions (the T5 / mesh-tensorflow / Hugging Face ones, kept exactly):
+
+* ``relative_position = key_position - query_position`` (``j - i``): negative for keys
+  in the past, positive for keys in the future.
+* Buckets: ``bidirectional=True`` gives half of ``num_buckets`` to each direction
+  (offset 0 and the past in ``0 .. B/2-1``, the future in ``B/2 .. B-1``);
+  ``bidirectional=False`` (T5's decoder) maps every future offset to bucket 0, like
+  offset 0, and spends all buckets on the past. In each half, the first
+  ``max_exact = half/2`` distances have a bucket each; larger distances share
+  logarithmically wider buckets, and every distance ``>= max_distance`` (in fact already
+  from a little before it) lands in the last one.
+* The bias is added to **unscaled** scores: ``scale = 1.0``, no ``1/sqrt(d)``
+  (mesh-tensorflow folds that factor into the initialisation of ``W_q``).
+* One ``(num_buckets, n_heads)`` table, shared by every layer (``TinyTransformer``
+  shares its ``pe`` module across blocks, as T5 shares the table across the layers of
+  a stack).
+
+    omega_hij = q_hi . k_hj + b_h[bucket(j - i)]
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..base import PositionalEncoding
+from ..positions import relative_offsets
+from ..registry import register
+from ..utils import check_heads, check_integer, check_positive_int
+
+__all__ = ["T5RelativeBias", "t5_relative_bucket"]
+
+
+def t5_relative_bucket(
+    relative_position: torch.Tensor,
+    bidirectional: bool = True,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+) -> torch.Tensor:
+    """Integer offsets ``j - i`` (any shape) -> int64 bucket ids in
+    ``[0, num_buckets)``, same shape.
+
+    The arithmetic is float32 with truncation toward zero, as in mesh-tensorflow and
+    Hugging Face, so the bucket edges agree with theirs bit for bit.
+    """
+    relative_position = torch.as_tensor(relative_position)
+    check_integer(relative_position, "relative_position", "offsets")
+    if not isinstance(bidirectional, bool):
+        raise TypeError(
+            f"bidirectional must be a bool, got {type(bidirectional).__name__}"
+        )
+    check_positive_int(num_buckets, "num_buckets")
+    check_positive_int(max_distance, "max_distance")
+    half = (
+        num_buckets // 2 if bidirectional else num_buckets
+    )  # buckets for one direction
+    max_exact = half // 2
+    if max_exact < 1:
+        raise ValueError(
+            f"num_buckets must be >= {4 if bidirectional else 2} "
+            f"(bidirectional={bidirectional}), got {num_buckets}"
+        )
+    if max_distance <= max_exact:
+        raise ValueError(
+            f"max_distance must exceed the {max_exact} exact buckets, got "
+            f"{max_distance}"
+        )
+    relative_position = relative_position.long()
+    if bidirectional:
+        offset = (relative_position > 0).long() * half  # the future uses the upper half
+        n = relative_position.abs()
+    else:
+        offset = torch.zeros_like(relative_position)
+        n = (-relative_position).clamp(min=0)  # future offsets -> 0
+    # large n: max_exact + floor(log(n / max_exact) / log(max_distance / max_exact)
+    #                            * (half - max_exact))
+    ratio = (
+        n.clamp(min=max_exact).float() / max_exact
+    )  # clamp only avoids log(0); small n use n itself
+    large = (
+        max_exact
+        + (
+            torch.log(ratio) / math.log(max_distance / max_exact) * (half - max_exact)
+        ).long()
+    )
+    large = large.clamp(max=half - 1)
+    return offset + torch.where(n < max_exact, n, large)
+
+
+class T5RelativeBias(PositionalEncoding):
+    """Adds ``b_h[bucket(j - i)]`` to the unscaled scores; one learned scalar per head
+    and bucket."""
+
+    scale = 1.0
+    four_terms = {
+        "content-content": "kept (unscaled: no 1/sqrt(d))",
+        "content-position": "dropped",
+        "position-content": "dropped",
+        "position-position": "replaced by a learned per-head scalar b_h(bucket(j-i))",
+    }
+    reuse = frozenset({"score_bias"})  # one bias per forward pass, shared by layers
+
+    def __init__(
+        self,
+        n_heads: int,
+        num_buckets: int = 32,
+        max_distance: int = 128,
+        bidirectional: bool = True,
+        init_std: float | None = None,
+    ):
+        super().__init__()
+        self.n_heads = check_positive_int(n_heads, "n_heads")
+        t5_relative_bucket(
+            torch.zeros(1, dtype=torch.long), bidirectional, num_buckets, max_distance
+        )  # validates
+        self.num_buckets, self.max_distance, self.bidirectional = (
+            num_buckets,
+            max_distance,
+            bidirectional,
+        )
+        # Hugging Face initialises the table with N(0, d_model^-1/2); the factory
+        # passes that std.
+        self.bias = nn.Parameter(
+            torch.randn(num_buckets, n_heads) * (0.02 if init_std is None else init_std)
+        )
+
+    def buckets(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        """``(b|1, i), (b|1, j)`` positions -> ``(b|1, i, j)`` bucket ids of
+        ``j - i``."""
+        rel = k_pos[:, None, :] - q_pos[:, :, None]  # (b|1, i, j): key - query
+        return t5_relative_bucket(
+            rel, self.bidirectional, self.num_buckets, self.max_distance
+        )
+
+    def score_bias(
+        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+    ) -> torch.Tensor:
+        check_heads(q, self, self.n_heads)
+        # b_h[bucket(j - i)]
+        buckets = self.buckets(q_pos, k_pos)  # (b|1, i, j)
+        return self.bias[buckets].permute(0, 3, 1, 2).to(q.dtype)  # (b|1, h, i, j)
+
+    def score_mod(self, q_pos: torch.Tensor, k_pos: torch.Tensor):
+        """FlexAttention form: ``score + b_h[bucket(j - i)]``, read from a table over
+        this call's offsets ``lo .. hi`` (a few KiB)."""
+        off, lo, hi = relative_offsets(q_pos, k_pos)  # j - i
+        config = (self.bidirectional, self.num_buckets, self.max_distance)
+        offsets = torch.arange(lo, hi + 1, device=self.bias.device)
+        buckets = t5_relative_bucket(offsets, *config)  # (L,): bucket(r), r = lo .. hi
+        per_offset = self.bias.T[:, buckets].contiguous()  # (h, L): b_h[bucket(r)]
+
+        def mod(score, b, h, q_idx, kv_idx):
+            return score + per_offset[h, off(b, q_idx, kv_idx) - lo]
+
+        return mod
+
+    def extra_repr(self) -> str:
+        return (
+            f"n_heads={self.n_heads}, num_buckets={self.num_buckets}, "
+            f"max_distance={self.max_distance}, bidirectional={self.bidirectional}"
+        )
+
+
+@register("t5")
+def _make(*, d_model: int, n_heads: int, max_len: int) -> T5RelativeBias:
+    # bidirectional=True is right for both masks: under a causal mask the future half of
+    # the buckets is simply never used, whereas bidirectional=False on an encoder would
+    # merge every future offset with offset 0. T5's decoder uses False to spend all 32
+    # buckets on the past.
+    return T5RelativeBias(n_heads, init_std=d_model**-0.5)

@@ -1,0 +1,159 @@
+"""A short training loop and the evaluation helpers, on the model's own device.
+
+None of them moves a model: put it where it should compute first
+(``model.to(device)``, with ``device = pl.book.setup()`` or ``pl.get_device()``), then
+every batch they receive, built wherever, is moved to the model's device. A helper
+that moved the model to the GPU would leave every tensor the reader builds for it
+afterwards on the wrong device.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from .utils import check_positive_int, module_device
+
+__all__ = ["train", "evaluate", "accuracy", "Batch"]
+
+# A batch: tokens (b, n), targets (b, n) with -100 where ignored, positions (n,) or
+# (b, n) or None.
+Batch = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None"]
+
+
+def _model_device(model: torch.nn.Module, device: torch.device | None) -> torch.device:
+    """The model's device; ``device``, if given, must be it (the helpers never move a
+    model, see the module)."""
+    here = module_device(model)
+    if device is not None and torch.device(device).type != here.type:
+        raise ValueError(
+            f"device={torch.device(device)} but the model is on {here}: move the model "
+            f"first (model.to(device)); the helpers compute where the model is and "
+            "never move it"
+        )
+    return here
+
+
+def _loss(
+    model: torch.nn.Module, batch: Batch, device: torch.device, causal: bool
+) -> torch.Tensor:
+    tokens, targets, pos = batch
+    pos = None if pos is None else pos.to(device)
+    logits = model(tokens.to(device), pos, causal=causal)  # (b, n, V)
+    return F.cross_entropy(
+        logits.flatten(0, 1), targets.to(device).flatten(), ignore_index=-100
+    )
+
+
+def train(
+    model: torch.nn.Module,
+    batches: Callable[[int], Batch],
+    steps: int,
+    lr: float = 3e-3,
+    weight_decay: float = 0.01,
+    causal: bool = True,
+    device: torch.device | None = None,
+    progress: bool = True,
+    desc: str = "training",
+) -> list[float]:
+    """Train ``model`` with AdamW on ``batches(step)`` for ``steps`` steps; return the
+    loss per step.
+
+    The learning rate warms up linearly for 5 % of the steps, then decays with a cosine.
+    Each batch is moved to the model's device; ``device``, if given, must be that
+    device (the model is never moved).
+    """
+    check_positive_int(steps, "steps")
+    if not 0 < lr < math.inf:  # inf turns every parameter into -inf or NaN
+        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+    if not 0 <= weight_decay < math.inf:
+        raise ValueError(
+            f"weight_decay must be a finite number >= 0, got {weight_decay!r}"
+        )
+    device = _model_device(model, device)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    warmup = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        lambda s: (
+            min(1.0, (s + 1) / warmup)
+            * 0.5
+            * (1 + torch.cos(torch.tensor(torch.pi * s / steps)).item())
+        ),
+    )
+    losses = []
+    bar = tqdm(
+        range(steps), desc=desc, disable=not progress, mininterval=1.0, leave=False
+    )
+    for step in bar:
+        loss = _loss(model, batches(step), device, causal)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if step % 25 == 0:
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    model.eval()
+    return losses
+
+
+def _as_batches(
+    batches: Batch | Iterator[Batch] | list[Batch],
+) -> Iterator[Batch] | list[Batch]:
+    """One batch ``(tokens, targets, pos)`` or several."""
+    if (
+        isinstance(batches, tuple)
+        and len(batches) == 3
+        and isinstance(batches[0], torch.Tensor)
+    ):
+        return [batches]
+    return batches
+
+
+@torch.no_grad()
+def evaluate(
+    model: torch.nn.Module,
+    batches: Batch | Iterator[Batch] | list[Batch],
+    causal: bool = True,
+    device: torch.device | None = None,
+) -> float:
+    """Mean cross-entropy (nats per predicted token) of ``model`` over one batch
+    or several, each moved to the model's device."""
+    batches = _as_batches(batches)
+    device = _model_device(model, device)
+    model.eval()
+    losses = [_loss(model, batch, device, causal).item() for batch in batches]
+    if not losses:
+        raise ValueError("batches is empty")
+    return sum(losses) / len(losses)
+
+
+@torch.no_grad()
+def accuracy(
+    model: torch.nn.Module,
+    batches: Batch | Iterator[Batch] | list[Batch],
+    causal: bool = True,
+    device: torch.device | None = None,
+) -> float:
+    """Fraction of scored targets (those != -100) that the model's most likely token
+    gets right (each batch moved to the model's device)."""
+    device = _model_device(model, device)
+    model.eval()
+    correct = total = 0
+    for tokens, targets, pos in _as_batches(batches):
+        pos = None if pos is None else pos.to(device)
+        pred = model(tokens.to(device), pos, causal=causal).argmax(-1)  # (b, n)
+        targets = targets.to(device)
+        scored = targets != -100
+        correct += int((pred[scored] == targets[scored]).sum())
+        total += int(scored.sum())
+    if total == 0:
+        raise ValueError("batches hold no scored target (every target is -100)")
+    return correct / total
