@@ -7,7 +7,7 @@ here on the reader's answer and prints "right" or "not yet" with what is wrong o
 which input. The student edition keeps that cell and gives the reader an answer cell
 that starts from the check's ``stub``.
 
-Writing a check (the whole contract is in posenc_lib/exercises/__init__.py):
+Writing a check (the whole contract is in posenc_lib/course/exercises/__init__.py):
 
 * register it with ``@exercise(label, chapter="partN/template", stub=STUB)``; the
   stub is the signature and docstring the reader completes, its body ``...``;
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from posenc_lib.exercises import Wrong, call, exercise, expect_close, plant
+from posenc_lib.course.exercises import Wrong, call, exercise, expect_close, plant
 
 OFFSETS_STUB = '''\
 def offsets(n):

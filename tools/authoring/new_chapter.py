@@ -49,7 +49,7 @@ from tools import ROOT, toc
 HERE = pathlib.Path(__file__).resolve().parent
 # Where each chapter's exercise checks live, one module per chapter (its notebook's
 # name); the package's import name follows from it.
-CHECKS_DIR = ROOT / "posenc_lib" / "exercises"
+CHECKS_DIR = ROOT / "posenc_lib" / "course" / "exercises"
 TEMPLATE = HERE / "chapter_template.md"
 CHECKS_TEMPLATE = HERE / "checks_template.py"
 INTRO = ROOT / "book" / "intro.md"

@@ -11,8 +11,8 @@ found and the value expected: never the solution's code). It never raises: an an
 that crashes, returns ``None`` or the wrong type is reported like any other mistake,
 so a student notebook runs top to bottom whatever is in its answer cells.
 
-Each chapter's checks live in ``posenc_lib/exercises/<chapter>.py``, registered with
-:func:`exercise`; :func:`plant` records wrong answers the tests feed to each check
+Each chapter's checks live in ``posenc_lib/course/exercises/<chapter>.py``, registered
+with :func:`exercise`; :func:`plant` records wrong answers the tests feed to each check
 (each must give its own message). The student edition (``tools/build/student_edition``)
 replaces the chapter's hidden solution cell (tagged ``solution``) by an answer cell that
 starts from the check's ``stub`` and keeps the check cell (tagged ``check``).
@@ -279,7 +279,8 @@ def all_checks() -> dict[str, Check]:
 
 
 def _load() -> None:
-    """Import every ``posenc_lib/exercises/<chapter>.py`` (each registers checks)."""
+    """Import every ``posenc_lib/course/exercises/<chapter>.py`` (each registers
+    its checks)."""
     global _LOADED
     if _LOADED:
         return
