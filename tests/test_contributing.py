@@ -9,7 +9,6 @@ tools/README.md, and the site build runs every generator.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import importlib
 import json
@@ -147,17 +146,10 @@ def test_tools_readme_lists_every_tool():
 
 
 def test_the_site_build_runs_every_generator():
-    """``tools/build/site.py`` regenerates the same files as
-    ``tools/build/generated.py`` (its own list, kept equal by this test)."""
-    tree = ast.parse((ROOT / "tools" / "build" / "site.py").read_text())
-    lists = [
-        tuple(e.value for e in node.iter.elts)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.For)
-        and isinstance(node.iter, ast.Tuple)
-        and all(isinstance(e, ast.Constant) for e in node.iter.elts)
-    ]
-    assert generated.GENERATORS in lists, lists
+    """``tools/build/site.py`` regenerates the pages through
+    ``tools/build/generated.py``, the one list of generators."""
+    source = (ROOT / "tools" / "build" / "site.py").read_text()
+    assert "generated.run()" in source and "tools.build.errata_index" not in source
 
 
 def test_the_checks_directory_is_where_the_checks_are():

@@ -24,6 +24,8 @@ import subprocess
 import sys
 import time
 
+from tools.build import generated
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = ROOT / "_build"
 CACHE = BUILD / ".jupyter_cache"
@@ -80,17 +82,10 @@ def main() -> int:
     # index and its sessions' facts are collected from the chapters, and
     # the student edition (served from the site, see html_extra_path) from the
     # notebooks.
-    for page in (
-        "errata_index",
-        "course_index",
-        "exercise_numbers",
-        "slides --guide",
-        "api_reference",
-    ):
-        module, *args = page.split()
-        subprocess.run(
-            [sys.executable, "-m", f"tools.build.{module}", *args], cwd=ROOT, check=True
-        )
+    failed = generated.run()
+    if failed:
+        print(f"[build] a generator failed: {failed}", flush=True)
+        return 1
     student = BUILD / "extra" / "student"
     shutil.rmtree(student, ignore_errors=True)
     subprocess.run(
