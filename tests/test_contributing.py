@@ -25,7 +25,7 @@ import pytest
 
 from tools import toc
 from tools.authoring import md2nb, new_chapter
-from tools.build import generated, student_edition
+from tools.build import student_edition
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONTRIBUTING = (ROOT / "CONTRIBUTING.md").read_text()
