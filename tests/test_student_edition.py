@@ -201,7 +201,8 @@ def test_the_zip_holds_every_notebook_and_a_readme(edition):
     from tools.authoring.colab_cell import _config_value
 
     # the same library the Colab cell installs, and no solution in the README
-    assert f"git+{_config_value('url')}@{_config_value('branch')}" in readme
+    url = f"git+{_config_value('url')}@{_config_value('branch')}"
+    assert f"posenc_lib[course] @ {url}" in readme  # with the course's extra
     assert "{solution" not in readme
     text = "\n".join(archive.read(n).decode() for n in names)
     assert "{solution-start}" not in text

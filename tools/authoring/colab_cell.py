@@ -46,7 +46,8 @@ def canonical_source() -> str:
         "import sys\n"
         "\n"
         'if "google.colab" in sys.modules:\n'
-        f'    url = "git+{url}@{branch}"\n'
+        f'    repo = "{url}"\n'
+        f'    url = f"posenc_lib[course] @ git+{{repo}}@{branch}"\n'
         '    subprocess.run([sys.executable, "-m", "pip", "install", "-q", url], '
         "check=True)"
     )

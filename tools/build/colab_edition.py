@@ -539,7 +539,8 @@ does, **with the solutions of every exercise** (under "Solution to Exercise N.k"
 the measured numbers of the build it came from. This is the answer key: give students
 the student edition (linked from the teaching guide), which has none.
 
-Run locally: `pip install "git+{url}@{branch}"`, then open a notebook with Jupyter.
+Run locally: `pip install "posenc_lib[course] @ git+{url}@{branch}"`, then open a
+notebook with Jupyter.
 """
 
 

@@ -81,7 +81,7 @@ course library `posenc_lib` from {url}
 Python 3.9 or newer:
 
     python -m venv .venv && . .venv/bin/activate
-    pip install "git+{url}@{branch}" jupyterlab sympy
+    pip install "posenc_lib[course] @ git+{url}@{branch}" jupyterlab
     jupyter lab
 
 then open a notebook. Its first cell is for Colab only: elsewhere it does nothing.
