@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -95,6 +96,19 @@ def test_fresh_installs_the_library_alone_and_with_the_course(tmp_path):
     installed; ``pip install ".[course]"``: every module a chapter imports imports.
     torch comes first from the pinned local wheel (requirements.txt), as the Makefile
     installs it, so that no CUDA build is downloaded."""
+    # what a clone holds (the tracked files): pip builds in the source folder
+    source = tmp_path / "source"
+    tracked = (
+        subprocess.run(
+            ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
+    for name in filter(None, tracked):
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
     env = tmp_path / "venv"
     venv.create(env, with_pip=True)
     python = str(env / "bin" / "python")
@@ -102,7 +116,7 @@ def test_fresh_installs_the_library_alone_and_with_the_course(tmp_path):
     def pip(*args):
         done = subprocess.run(
             [python, "-m", "pip", "install", "-q", *args],
-            capture_output=True, text=True, cwd=ROOT,
+            capture_output=True, text=True, cwd=source,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
 
@@ -112,7 +126,7 @@ def test_fresh_installs_the_library_alone_and_with_the_course(tmp_path):
         if line.startswith("torch==")
     )
     pip(torch_pin)
-    pip(str(ROOT))
+    pip(str(source))
     out = run(
         "import importlib.util as u, posenc_lib as pl\n"
         f"print([m for m in {HEAVY[:3]!r} if u.find_spec(m)])\n"
@@ -122,7 +136,7 @@ def test_fresh_installs_the_library_alone_and_with_the_course(tmp_path):
     assert out.splitlines()[0] == "[]", (
         out
     )  # none is installed (sympy comes with torch)
-    pip(f"{ROOT}[course]")
+    pip(f"{source}[course]")
     modules = sorted(_chapter_imports())
     assert "posenc_lib.interactive" in modules and "sympy" in modules
     run(f"import importlib\nfor m in {modules!r}: importlib.import_module(m)", python)
