@@ -9,6 +9,7 @@ import torch
 import posenc_lib as pl
 from posenc_lib.exercises import Wrong, call, exercise, expect, expect_close, plant
 from posenc_lib.exercises._values import as_float
+from posenc_lib.utils import module_device
 
 NTK_STUB = '''\
 def ntk_base(base, s, d):
@@ -209,7 +210,7 @@ def _(answer):
     if not math.isclose(s, 4.0, rel_tol=1e-6):
         raise Wrong(f"the model interpolates positions by s = {s:.3g}; 128 / 32 = 4")
     evals, floor = _evals_128()
-    device = next(model.parameters()).device
+    device = module_device(model)  # judge the model where it is
     with torch.no_grad():
         x = evals.to(device)
         logits = model(x[:, :-1])

@@ -10,6 +10,7 @@ import posenc_lib as pl
 
 from posenc_lib.exercises import Wrong, call, exercise, expect_close, plant
 from posenc_lib.exercises._values import as_float, number
+from posenc_lib.utils import module_device
 
 BOUND_STUB = '''\
 def constant_bound(N):
@@ -106,7 +107,7 @@ def _probe_eval(model, anchor: bool) -> tuple[float, float, float]:
     tokens = torch.randint(1, V_POS + 1, (500, N_POS), generator=g)
     if anchor:
         tokens[:, 0] = ANCHOR
-    device = next(model.parameters()).device
+    device = module_device(model)  # judge the model where it is
     with torch.no_grad():
         pred = model(tokens.to(device), causal=True).argmax(-1).cpu()
     err = (pred - torch.arange(N_POS)).abs().float()
