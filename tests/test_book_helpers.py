@@ -2,6 +2,8 @@
 
 import pytest
 
+import torch
+
 import posenc_lib as pl
 
 
@@ -76,3 +78,12 @@ def test_sweep_reads_ranges_and_counts_as_written(tmp_path, monkeypatch):
         sweep.values("loss")
     with pytest.raises(ValueError, match="no sweep for chapter 'nope'"):
         pl.book.Sweep("nope")
+
+
+def test_device_label_names_the_cpu_or_the_card():
+    assert pl.book.device_label("cpu") == "the CPU"
+    assert pl.book.device_label(torch.device("cpu")) == "the CPU"
+    from tools.testing.fake_cuda import fake_cuda
+
+    with fake_cuda():
+        assert pl.book.device_label("cuda") == torch.cuda.get_device_name(0)

@@ -26,7 +26,15 @@ import pathlib
 
 import torch
 
-__all__ = ["setup", "chapter_seeds", "seed_shift", "glue", "show_source", "Sweep"]
+__all__ = [
+    "setup",
+    "device_label",
+    "chapter_seeds",
+    "seed_shift",
+    "glue",
+    "show_source",
+    "Sweep",
+]
 
 SEED_SHIFT_VAR = "POSENC_SEED_SHIFT"
 # chapters write seeds below this; shift s owns [s * SEED_BLOCK, (s + 1) * SEED_BLOCK)
@@ -58,6 +66,15 @@ def setup(seed: int = 0, threads: int | None = 1) -> torch.device:
 
     set_plot_style()
     return get_device()
+
+
+def device_label(device: torch.device | str) -> str:
+    """How the prose names the device a figure was measured on: "the CPU", or the
+    GPU's name (the site is built on a CPU; a reader's GPU run prints its own)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return "the CPU" if device.type == "cpu" else str(device)
 
 
 def seed_shift() -> int:
