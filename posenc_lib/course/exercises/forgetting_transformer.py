@@ -9,6 +9,7 @@ import torch
 import posenc_lib as pl
 from posenc_lib.exercises import Wrong, call, exercise, expect, expect_close, plant
 from posenc_lib.exercises._values import as_float
+from posenc_lib.utils import module_device
 
 CHAPTER = "part4/forgetting_transformer"
 
@@ -269,9 +270,11 @@ def _(answer):
         model.vocab_size == 3,
         f"your model's vocabulary has {model.vocab_size} tokens; the task has 3",
     )
+    # the check's data are drawn on the CPU and moved to the model's device, which is
+    # left as it is: a reader's GPU model is judged on the GPU, a CPU model on the CPU
     tokens, targets, _ = _segment_batch(400, 64, torch.Generator().manual_seed(11))
-    model = model.cpu().eval()
-    measured = pl.accuracy(model, (tokens, targets, None), device=torch.device("cpu"))
+    tokens = tokens.to(module_device(model))
+    measured = pl.accuracy(model, (tokens, targets, None))
     expect(
         measured > 0.75,
         f"your model gets {measured:.3f} on the check's 400 sequences of 64 tokens; "

@@ -7,6 +7,7 @@ import torch
 import posenc_lib as pl
 from posenc_lib.exercises import Wrong, call, exercise, expect, plant
 from posenc_lib.exercises._values import as_float, number
+from posenc_lib.utils import module_device
 
 CHAPTER = "part5/graphs_space"
 
@@ -194,9 +195,13 @@ def _graph_test(count: int = 512, seed: int = 13):
 
 
 def _graph_accuracy(model, tokens, targets, eigvecs) -> float:
+    """Accuracy on the model's own device: the check's data (drawn on the CPU) are
+    moved there and the model is left where it is."""
+    here = module_device(model)
+    inputs = {"eigvecs": eigvecs.to(here)}
     with torch.no_grad():
-        logits = model.cpu().eval()(tokens, causal=False, inputs={"eigvecs": eigvecs})
-    return (logits.argmax(-1) == targets).float().mean().item()
+        logits = model.eval()(tokens.to(here), causal=False, inputs=inputs)
+    return (logits.argmax(-1) == targets.to(here)).float().mean().item()
 
 
 @exercise("ex-graphs-sign-flip", chapter=CHAPTER, stub=FLIP_STUB)

@@ -9,6 +9,7 @@ import torch
 import posenc_lib as pl
 from posenc_lib.exercises import Wrong, call, exercise, expect, expect_close, plant
 from posenc_lib.exercises._values import number
+from posenc_lib.utils import module_device
 
 CHAPTER = "part7/nope_sinks"
 
@@ -202,12 +203,13 @@ def _(answer):
             f"`{name}`'s layers use {', '.join(pes)}: it should use "
             f"pl.{kind.__name__} in both layers",
         )
+    # the evaluation windows (on the CPU) are moved to each model's device, and the
+    # model is left where it is: a GPU model is judged on the GPU, a CPU one on the CPU
     for name, model in zip(("model_nope", "model_sink"), models):
+        x = tokens.to(module_device(model))
         with torch.no_grad():
-            logits = model.cpu().eval()(tokens[:, :-1])
-            loss = torch.nn.functional.cross_entropy(
-                logits.transpose(1, 2), tokens[:, 1:]
-            )
+            logits = model.eval()(x[:, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), x[:, 1:])
         expect(
             loss.item() < math.log(vocab) - 0.2,
             f"`{name}` has a loss of {loss.item():.2f} nats per token on the "
@@ -216,7 +218,7 @@ def _(answer):
         )
     firsts, sums = [], []
     for name, model, got in zip(("first_nope", "first_sink"), models, reported):
-        w = model.cpu().eval().attention_map(tokens, 1)  # (b, h, i, j)
+        w = model.eval().attention_map(tokens.to(module_device(model)), 1)  # (b h i j)
         first = w[:, :, 1:, 0].mean((0, 2))  # (h,): queries 1 .. L-1
         desc = "the experiment's evaluation windows data.eval[:, :L]"
         expect_close(got, first, desc=desc, what=f"`{name}`", atol=0.02, rtol=0)
