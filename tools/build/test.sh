@@ -31,6 +31,7 @@ lane1() {
   # chapter is executed by this run
   "$PY" -m pytest -p tools.build.nbval_cache --nbval-lax --nbval-current-env \
     -o addopts="" -p no:cacheprovider -q -rfE --junitxml="$LOGS/nbval.xml" \
+    --nbval-cell-timeout=300 \
     "${XDIST[@]}" "${CHAPTERS[@]}" || return 1
   echo "== lane 1: the strict site build, every page from the execution cache"
   POSENC_EXPECT_CACHED=1 "$PY" -m pytest tests/test_notebooks.py \

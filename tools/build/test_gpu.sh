@@ -27,7 +27,8 @@ status=0
 SECONDS=0
 POSENC_NBVAL_WORKERS=$WORKERS "$PY" -m pytest -p tools.build.nbval_cache --nbval-lax \
   --nbval-current-env -o addopts="" -p no:cacheprovider -q -rfE -n "$WORKERS" \
-  --dist loadfile --junitxml="$LOGS/nbval_gpu.xml" "${CHAPTERS[@]}" || status=$?
+  --dist loadfile --nbval-cell-timeout=300 --junitxml="$LOGS/nbval_gpu.xml" \
+  "${CHAPTERS[@]}" || status=$?
 echo "== nbval on the GPU: ${SECONDS} s (exit $status)"
 POSENC_NBVAL_WORKERS=$WORKERS "$PY" -m tools.measure.time_notebooks || status=$?
 echo "== the attention benchmark on CUDA"

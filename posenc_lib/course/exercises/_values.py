@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
-from posenc_lib.exercises import Wrong
+from posenc_lib.course.exercises import Wrong
 
 
 def as_float(got: Any, desc: str) -> float:

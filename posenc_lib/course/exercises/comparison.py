@@ -7,8 +7,8 @@ import functools
 import torch
 
 import posenc_lib as pl
-from posenc_lib.exercises import Wrong, exercise, expect, plant
-from posenc_lib.exercises._values import number
+from posenc_lib.course.exercises import Wrong, exercise, expect, plant
+from posenc_lib.course.exercises._values import number
 
 CHAPTER = "part6/comparison"
 
@@ -76,7 +76,7 @@ other_seeds = ...  # your answer: lab.run_lab([...], cfg, seeds=(..., ...))
 
 @exercise("ex-cmp-seed", chapter=CHAPTER, stub=SEED_STUB)
 def _(answer):
-    from posenc_lib import lab
+    from posenc_lib.course import lab
 
     expect(
         isinstance(answer, (list, tuple))
@@ -148,7 +148,7 @@ def _(answer):
 
 
 def _lab_result(name: str, seed: int, rise: float, train_len: int = 16):
-    from posenc_lib import lab
+    from posenc_lib.course import lab
 
     lengths = tuple(train_len * f for f in (1, 2, 4, 8))
     return lab.LabResult(

@@ -7,8 +7,8 @@ import math
 import torch
 
 import posenc_lib as pl
-from posenc_lib.exercises import Wrong, call, exercise, expect_close, plant
-from posenc_lib.exercises._values import as_float
+from posenc_lib.course.exercises import Wrong, call, exercise, expect_close, plant
+from posenc_lib.course.exercises._values import as_float
 
 COVER_STUB = '''\
 def smallest_full_turn(d_head, base):

@@ -7,8 +7,8 @@ import functools
 import torch
 
 import posenc_lib as pl
-from posenc_lib.exercises import Wrong, exercise, expect, plant
-from posenc_lib.exercises._values import number
+from posenc_lib.course.exercises import Wrong, exercise, expect, plant
+from posenc_lib.course.exercises._values import number
 
 CHAPTER = "part6/cost"
 

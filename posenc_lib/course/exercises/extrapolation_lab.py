@@ -7,8 +7,15 @@ import math
 import torch
 
 import posenc_lib as pl
-from posenc_lib.exercises import Wrong, call, exercise, expect, expect_close, plant
-from posenc_lib.exercises._values import as_float
+from posenc_lib.course.exercises import (
+    Wrong,
+    call,
+    exercise,
+    expect,
+    expect_close,
+    plant,
+)
+from posenc_lib.course.exercises._values import as_float
 
 NEW_STUB = '''\
 def make_alibi_half(*, d_model, n_heads, max_len):
@@ -152,7 +159,7 @@ _NAMES32 = ("alibi", "rope", "sinusoidal")
 
 @exercise("ex-lab-train-len", chapter="part3/extrapolation_lab", stub=TRAIN_LEN_STUB)
 def _(answer):
-    from posenc_lib import lab
+    from posenc_lib.course import lab
 
     if not isinstance(answer, (list, tuple)) or not all(
         isinstance(r, lab.LabResult) for r in answer
@@ -201,7 +208,7 @@ def _(answer):
 
 
 def _lab_result(name, L=32, rise=0.0):
-    from posenc_lib import lab
+    from posenc_lib.course import lab
 
     lengths = tuple(f * L for f in (1, 2, 4, 8))
     past = {n: 0.8 + rise for n in lengths[1:]}

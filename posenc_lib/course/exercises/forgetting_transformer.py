@@ -7,8 +7,15 @@ import math
 import torch
 
 import posenc_lib as pl
-from posenc_lib.exercises import Wrong, call, exercise, expect, expect_close, plant
-from posenc_lib.exercises._values import as_float
+from posenc_lib.course.exercises import (
+    Wrong,
+    call,
+    exercise,
+    expect,
+    expect_close,
+    plant,
+)
+from posenc_lib.course.exercises._values import as_float
 from posenc_lib.utils import module_device
 
 CHAPTER = "part4/forgetting_transformer"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from posenc_lib.exercises import Wrong, call, exercise, expect_close, plant
+from posenc_lib.course.exercises import Wrong, call, exercise, expect_close, plant
 
 CHAPTER = "part1/four_term_expansion"
 

@@ -8,9 +8,9 @@ import math
 import torch
 
 import posenc_lib as pl
-from posenc_lib.exercises import Wrong, exercise, expect, plant
-from posenc_lib.exercises._values import close, numbers
-from posenc_lib.frontier import dca_offsets, ssmax_weights
+from posenc_lib.course.exercises import Wrong, exercise, expect, plant
+from posenc_lib.course.exercises._values import close, numbers
+from posenc_lib.course.frontier import dca_offsets, ssmax_weights
 
 CHAPTER = "part7/future"
 
@@ -224,7 +224,7 @@ def _block_of(function: str) -> str | None:
 @exercise("ex-future-table", chapter=CHAPTER, stub=TABLE_STUB)
 def _(answer):
     from posenc_lib.base import HOOKS
-    from posenc_lib.frontier import MODEL_POSITION
+    from posenc_lib.course.frontier import MODEL_POSITION
 
     expect(
         isinstance(answer, dict),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 import posenc_lib as pl
-from posenc_lib.exercises import Wrong, call, exercise, expect, plant
-from posenc_lib.exercises._values import as_float, number
+from posenc_lib.course.exercises import Wrong, call, exercise, expect, plant
+from posenc_lib.course.exercises._values import as_float, number
 from posenc_lib.utils import module_device
 
 CHAPTER = "part5/graphs_space"

@@ -7,8 +7,8 @@ import math
 import torch
 
 import posenc_lib as pl
-from posenc_lib.exercises import Wrong, exercise, expect, plant
-from posenc_lib.exercises._values import number
+from posenc_lib.course.exercises import Wrong, exercise, expect, plant
+from posenc_lib.course.exercises._values import number
 
 CHAPTER = "part5/learned_rotations"
 

@@ -8,8 +8,8 @@ import torch
 
 import posenc_lib as pl
 
-from posenc_lib.exercises import Wrong, call, exercise, expect_close, plant
-from posenc_lib.exercises._values import as_float, number
+from posenc_lib.course.exercises import Wrong, call, exercise, expect_close, plant
+from posenc_lib.course.exercises._values import as_float, number
 from posenc_lib.utils import module_device
 
 BOUND_STUB = '''\

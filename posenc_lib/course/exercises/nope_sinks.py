@@ -7,8 +7,15 @@ import math
 import torch
 
 import posenc_lib as pl
-from posenc_lib.exercises import Wrong, call, exercise, expect, expect_close, plant
-from posenc_lib.exercises._values import number
+from posenc_lib.course.exercises import (
+    Wrong,
+    call,
+    exercise,
+    expect,
+    expect_close,
+    plant,
+)
+from posenc_lib.course.exercises._values import number
 from posenc_lib.utils import module_device
 
 CHAPTER = "part7/nope_sinks"
@@ -169,7 +176,7 @@ sinks = ...  # your answer: (model_nope, model_sink, first_nope, first_sink)
 
 def _sink_eval_tokens() -> tuple[torch.Tensor, int]:
     """The experiment's evaluation windows ``(B, L)`` (its LabConfig, first seed)."""
-    from posenc_lib import lab
+    from posenc_lib.course import lab
 
     cfg = lab.LabConfig(train_len=16, factors=(1, 4), steps=150, n_layers=2)
     data = lab.make_lab_data(cfg, pl.book.chapter_seeds(0)[0])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 import posenc_lib as pl
-from posenc_lib.exercises import Wrong, exercise, plant
-from posenc_lib.exercises._values import integers, number
+from posenc_lib.course.exercises import Wrong, exercise, plant
+from posenc_lib.course.exercises._values import integers, number
 
 CHAPTER = "part2/relative_vs_absolute"
 

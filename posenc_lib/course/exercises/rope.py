@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import posenc_lib as pl
-from posenc_lib.exercises import Wrong, call, exercise, expect_close, plant
+from posenc_lib.course.exercises import Wrong, call, exercise, expect_close, plant
 
 STUB = '''\
 def rope_complex(x, pos, theta):

@@ -5,7 +5,14 @@ from __future__ import annotations
 import torch
 
 import posenc_lib as pl
-from posenc_lib.exercises import Wrong, call, exercise, expect, expect_close, plant
+from posenc_lib.course.exercises import (
+    Wrong,
+    call,
+    exercise,
+    expect,
+    expect_close,
+    plant,
+)
 
 CHAPTER = "part7/rope_in_code"
 

@@ -8,8 +8,15 @@ import torch
 import torch.nn.functional as F
 
 import posenc_lib as pl
-from posenc_lib.exercises import Wrong, call, exercise, expect, expect_close, plant
-from posenc_lib.exercises._values import as_float
+from posenc_lib.course.exercises import (
+    Wrong,
+    call,
+    exercise,
+    expect,
+    expect_close,
+    plant,
+)
+from posenc_lib.course.exercises._values import as_float
 
 CHAPTER = "part4/stick_breaking"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 import posenc_lib as pl
-from posenc_lib.exercises import Wrong, call, exercise, expect_close, plant
-from posenc_lib.exercises._values import numbers
+from posenc_lib.course.exercises import Wrong, call, exercise, expect_close, plant
+from posenc_lib.course.exercises._values import numbers
 
 CHAPTER = "part2/t5"
 

@@ -7,7 +7,14 @@ import math
 import torch
 
 import posenc_lib as pl
-from posenc_lib.exercises import Wrong, call, exercise, expect, expect_close, plant
+from posenc_lib.course.exercises import (
+    Wrong,
+    call,
+    exercise,
+    expect,
+    expect_close,
+    plant,
+)
 
 CHAPTER = "part6/toolkit"
 

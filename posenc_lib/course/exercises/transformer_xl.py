@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import posenc_lib as pl
-from posenc_lib.exercises import Wrong, call, exercise, plant
-from posenc_lib.exercises._values import numbers
+from posenc_lib.course.exercises import Wrong, call, exercise, plant
+from posenc_lib.course.exercises._values import numbers
 
 CHAPTER = "part2/transformer_xl"
 

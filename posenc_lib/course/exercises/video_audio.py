@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 import posenc_lib as pl
-from posenc_lib.exercises import Wrong, call, exercise, expect, plant
-from posenc_lib.exercises._values import number, numbers
+from posenc_lib.course.exercises import Wrong, call, exercise, expect, plant
+from posenc_lib.course.exercises._values import number, numbers
 
 CHAPTER = "part5/video_audio"
 

@@ -7,8 +7,8 @@ import math
 import torch
 
 import posenc_lib as pl
-from posenc_lib.exercises import Wrong, call, exercise, expect, plant
-from posenc_lib.exercises._values import close, numbers
+from posenc_lib.course.exercises import Wrong, call, exercise, expect, plant
+from posenc_lib.course.exercises._values import close, numbers
 
 CHAPTER = "part5/vision"
 
