@@ -54,22 +54,15 @@ from .utils import (
     get_device,
     seed_everything,
 )
-from .course import COURSE_MODULES, COURSE_NAMES, install_aliases
+from .lazy import course_attribute, install_aliases
 
-install_aliases()  # posenc_lib.book, posenc_lib.exercises.rope, ...: see course/
+install_aliases()  # posenc_lib.book, posenc_lib.exercises.rope, ...: posenc_lib.lazy
 
 
 def __getattr__(name: str):
     """The course's modules and names, loaded on first use (``pl.book``,
-    ``pl.exercises``, ``pl.lab``, ``pl.heatmap``, ...): see ``posenc_lib.course``."""
-    import importlib
-
-    if name in COURSE_MODULES:
-        return importlib.import_module(f"{__name__}.course.{name}")
-    if name in COURSE_NAMES:
-        module = importlib.import_module(f"{__name__}.course.{COURSE_NAMES[name]}")
-        return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    ``pl.exercises``, ``pl.lab``, ``pl.heatmap``, ...): see ``posenc_lib.lazy``."""
+    return course_attribute(name)
 
 
 __version__ = "0.1.0"
