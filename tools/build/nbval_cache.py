@@ -84,9 +84,22 @@ class NotebookRecorder:
         )
 
 
+def _execute_as_a_notebook_does(self, cell_input, allow_stdin=None):
+    """nbval's ``RunningKernel.execute_cell_input`` with ``store_history=True``, as
+    Jupyter and nbclient (myst-nb's executor) send a cell: IPython reads a trailing
+    ``;`` (no result shown) from the history, so without it ``ax.legend();`` would
+    display the legend's repr, a second output the site would render."""
+    return self.kc.execute(
+        cell_input, store_history=True, allow_stdin=allow_stdin, stop_on_error=False
+    )
+
+
 def pytest_configure(config):
     if not config.getoption("nbval_lax", False):
         return
+    from nbval.kernel import RunningKernel
+
+    RunningKernel.execute_cell_input = _execute_as_a_notebook_does
     config._posenc_recorder = NotebookRecorder()
     if _controller(config):
         shutil.rmtree(STAGE, ignore_errors=True)
