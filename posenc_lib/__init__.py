@@ -39,6 +39,7 @@ from .layouts import half_to_interleaved, interleaved_to_half, layout_permutatio
 from .measure import (
     BENCH_DIR,
     attention_benchmark,
+    benchmark_devices,
     best_time,
     count_host_syncs,
     tensor_memory,
@@ -99,6 +100,7 @@ __all__ = [
     "best_time",
     "tensor_memory",
     "attention_benchmark",
+    "benchmark_devices",
     "BENCH_DIR",
     "COLORS",
     "color_for",

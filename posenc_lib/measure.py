@@ -32,6 +32,7 @@ __all__ = [
     "best_time",
     "count_host_syncs",
     "attention_benchmark",
+    "benchmark_devices",
     "BENCH_DIR",
 ]
 
@@ -157,6 +158,12 @@ def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> fl
     return best
 
 
+def benchmark_devices() -> list[str]:
+    """The devices whose attention benchmark is committed with the library (``"cpu"``;
+    ``"cuda"`` once ``make test-gpu`` has been run on a GPU and its result committed)."""
+    return sorted(p.stem.split("_", 1)[1] for p in BENCH_DIR.glob("attention_*.json"))
+
+
 def attention_benchmark(device: str = "cpu") -> tuple[dict, list[dict]]:
     """``(meta, rows)`` of the committed ``tools/measure/bench_attention.py`` run on
     ``device`` (``"cpu"``, or ``"cuda"`` where one was measured).
@@ -169,11 +176,10 @@ def attention_benchmark(device: str = "cpu") -> tuple[dict, list[dict]]:
     """
     path = BENCH_DIR / f"attention_{device}.json"
     if not isinstance(device, str) or not path.is_file():
-        measured = sorted(p.stem.split("_", 1)[1] for p in BENCH_DIR.glob("*.json"))
         raise ValueError(
-            f"device must be one of {measured} (the benchmarks committed with the "
-            f"library), got {device!r}; run tools/measure/bench_attention.py to "
-            "measure this machine"
+            f"device must be one of {benchmark_devices()} (the benchmarks committed "
+            f"with the library), got {device!r}; run tools/measure/bench_attention.py "
+            "to measure this machine (on a GPU: make test-gpu)"
         )
     data = json.loads(path.read_text())
     return data["meta"], data["rows"]

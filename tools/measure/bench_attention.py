@@ -292,6 +292,7 @@ def main(argv=None) -> int:
     meta = dict(
         device=str(device),
         machine=platform.processor() or platform.machine(),
+        card=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         cpus=os.cpu_count(),
         threads=torch.get_num_threads(),
         torch=torch.__version__,
