@@ -159,8 +159,9 @@ def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> fl
 
 
 def benchmark_devices() -> list[str]:
-    """The devices whose attention benchmark is committed with the library (``"cpu"``;
-    ``"cuda"`` once ``make test-gpu`` has been run on a GPU and its result committed)."""
+    """The devices whose attention benchmark is committed with the library
+    (``"cpu"``; ``"cuda"`` once ``make test-gpu`` has run on a GPU and its result has
+    been committed)."""
     return sorted(p.stem.split("_", 1)[1] for p in BENCH_DIR.glob("attention_*.json"))
 
 
