@@ -524,7 +524,11 @@ def cells_executed(entry: str, executed) -> list[dict]:
         nb = None
         if executed is not None and (executed / f"{entry}.ipynb").exists():
             nb = nbformat.read(executed / f"{entry}.ipynb", as_version=4)
-        elif executed is None and colab_edition.CACHE.exists():
+            if not any(c.get("outputs") for c in nb.cells):
+                # myst-nb writes a page it took from its execution cache without
+                # outputs (it saves the notebook it read, not the cached one)
+                nb = None
+        if nb is None and colab_edition.CACHE.exists():
             nb = colab_edition._from_cache(ROOT / f"{entry}.ipynb")
         _EXECUTED[key] = nb.cells if nb is not None else []
     return _EXECUTED[key]
