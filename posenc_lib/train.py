@@ -38,10 +38,26 @@ def _model_device(model: torch.nn.Module, device: torch.device | None) -> torch.
     return here
 
 
+def _unpack(batch: object) -> Batch:
+    """``(tokens, targets, pos)``, or ``(tokens, targets)`` with pos None."""
+    if (
+        not isinstance(batch, (tuple, list))
+        or len(batch) not in (2, 3)
+        or not all(isinstance(t, torch.Tensor) for t in batch[:2])
+    ):
+        raise ValueError(
+            "a batch must be (tokens, targets) or (tokens, targets, pos) with tensors "
+            f"tokens (b, n) and targets (b, n), got {type(batch).__name__}"
+            + (f" of length {len(batch)}" if isinstance(batch, (tuple, list)) else "")
+        )
+    tokens, targets, *rest = batch
+    return tokens, targets, (rest[0] if rest else None)
+
+
 def _loss(
     model: torch.nn.Module, batch: Batch, device: torch.device, causal: bool
 ) -> torch.Tensor:
-    tokens, targets, pos = batch
+    tokens, targets, pos = _unpack(batch)
     pos = None if pos is None else pos.to(device)
     logits = model(tokens.to(device), pos, causal=causal)  # (b, n, V)
     return F.cross_entropy(
@@ -60,8 +76,8 @@ def train(
     progress: bool = True,
     desc: str = "training",
 ) -> list[float]:
-    """Train ``model`` with AdamW on ``batches(step)`` for ``steps`` steps; return the
-    loss per step.
+    """Train ``model`` with AdamW on ``batches(step)`` (``(tokens, targets)`` or
+    ``(tokens, targets, pos)``) for ``steps`` steps; return the loss per step.
 
     The learning rate warms up linearly for 5 % of the steps, then decays with a cosine.
     Each batch is moved to the model's device; ``device``, if given, must be that
@@ -107,10 +123,10 @@ def train(
 def _as_batches(
     batches: Batch | Iterator[Batch] | list[Batch],
 ) -> Iterator[Batch] | list[Batch]:
-    """One batch ``(tokens, targets, pos)`` or several."""
+    """One batch ``(tokens, targets[, pos])`` or several."""
     if (
         isinstance(batches, tuple)
-        and len(batches) == 3
+        and len(batches) in (2, 3)
         and isinstance(batches[0], torch.Tensor)
     ):
         return [batches]
@@ -147,7 +163,8 @@ def accuracy(
     device = _model_device(model, device)
     model.eval()
     correct = total = 0
-    for tokens, targets, pos in _as_batches(batches):
+    for batch in _as_batches(batches):
+        tokens, targets, pos = _unpack(batch)
         pos = None if pos is None else pos.to(device)
         pred = model(tokens.to(device), pos, causal=causal).argmax(-1)  # (b, n)
         targets = targets.to(device)

@@ -183,6 +183,13 @@ CLASSES = {
         "d_ff must be > 0",
     ),
     "lr=inf in the lab": (lambda: _lab_config(lr=math.inf), ValueError, "lr must be"),
+    "a batch of one tensor in evaluate": (
+        lambda: pl.evaluate(
+            pl.TinyTransformer(8, 16, 2, 1), [(torch.zeros(1, 4).long(),)]
+        ),
+        ValueError,
+        "a batch must be (tokens, targets) or (tokens, targets, pos)",
+    ),
     "lr=inf in train": (
         lambda: pl.train(torch.nn.Linear(1, 1), None, 1, lr=math.inf),
         ValueError,
