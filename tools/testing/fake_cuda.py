@@ -88,17 +88,6 @@ def _mark_all(out: object) -> object:
     return out
 
 
-def _tensors(args, kwargs) -> list[torch.Tensor]:
-    """The tensors among the arguments (and inside lists/tuples of them)."""
-    found = []
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, torch.Tensor):
-            found.append(a)
-        elif isinstance(a, (list, tuple)):
-            found.extend(t for t in a if isinstance(t, torch.Tensor))
-    return found
-
-
 def _kind(device: object) -> str | None:
     if device is None:
         return None
@@ -116,34 +105,45 @@ def _mismatch(func) -> RuntimeError:
     )
 
 
+def _scan(args, kwargs) -> tuple[bool, bool]:
+    """(a tensor on the fake device among the arguments, a CPU tensor of dimension >= 1
+    among them), looking inside lists and tuples: one pass, as every op pays it."""
+    fake = cpu = False
+    for group in (args, kwargs.values()):
+        for a in group:
+            if isinstance(a, (list, tuple)):
+                for t in a:
+                    if isinstance(t, torch.Tensor):
+                        if t.__dict__.get(_TAG, False):
+                            fake = True
+                        elif t.dim() > 0:
+                            cpu = True
+            elif isinstance(a, torch.Tensor):
+                if a.__dict__.get(_TAG, False):
+                    fake = True
+                elif a.dim() > 0:
+                    cpu = True
+    return fake, cpu
+
+
 class FakeCudaMode(TorchFunctionMode):
     """The mode behind ``fake_cuda()`` (see the module)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func == _DEVICE_GET:
-            return CUDA if on_fake_cuda(args[0]) else _DEVICE_GET(args[0])
-        if func == _IS_CUDA_GET:
-            return on_fake_cuda(args[0]) or _IS_CUDA_GET(args[0])
-        if func == _IS_CPU_GET:
-            return not on_fake_cuda(args[0]) and _IS_CPU_GET(args[0])
-        if func == _DATA_SET:
-            _DATA_SET(args[0], args[1])
-            _mark(args[0], on_fake_cuda(args[1]))
-            return None
-        if func in _MOVES:
-            return _move(func, args, kwargs)
-        tensors = _tensors(args, kwargs)
-        fake = any(on_fake_cuda(t) for t in tensors)
-        if fake and func in _TO_NUMPY:
-            raise TypeError(
-                "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() "
-                "to copy the tensor to host memory first."
-            )
-        if fake and func not in _MIXED_OK:
-            if any(not on_fake_cuda(t) and t.dim() > 0 for t in tensors):
+        special = _SPECIAL.get(func)
+        if special is not None:
+            return special(func, args, kwargs)
+        fake, cpu = _scan(args, kwargs)
+        if fake:
+            if func in _TO_NUMPY:
+                raise TypeError(
+                    "can't convert cuda:0 device type tensor to numpy. Use "
+                    "Tensor.cpu() to copy the tensor to host memory first."
+                )
+            if cpu and func not in _MIXED_OK:
                 raise _mismatch(func)
-        want = _kind(kwargs.get("device"))
+        want = _kind(kwargs.get("device")) if "device" in kwargs else None
         if want == "cuda":
             generator = kwargs.get("generator")
             if generator is not None and generator.device.type != "cuda":
@@ -155,6 +155,23 @@ class FakeCudaMode(TorchFunctionMode):
         if want == "cuda" or (want is None and fake):
             _mark_all(out)
         return out
+
+
+def _device(func, args, kwargs):
+    return CUDA if on_fake_cuda(args[0]) else _DEVICE_GET(args[0])
+
+
+def _is_cuda(func, args, kwargs):
+    return on_fake_cuda(args[0]) or _IS_CUDA_GET(args[0])
+
+
+def _is_cpu(func, args, kwargs):
+    return not on_fake_cuda(args[0]) and _IS_CPU_GET(args[0])
+
+
+def _set_data(func, args, kwargs):
+    _DATA_SET(args[0], args[1])
+    _mark(args[0], on_fake_cuda(args[1]))
 
 
 def _move(func, args, kwargs):
@@ -186,6 +203,16 @@ def _move(func, args, kwargs):
     if out is not self:
         _mark(out, target == "cuda")
     return out
+
+
+# Calls answered by the mode itself (a dict: every op looks itself up once).
+_SPECIAL = {
+    _DEVICE_GET: _device,
+    _IS_CUDA_GET: _is_cuda,
+    _IS_CPU_GET: _is_cpu,
+    _DATA_SET: _set_data,
+    **{move: _move for move in _MOVES},
+}
 
 
 # What the fake device reports of itself: a small card, so that a chapter that sizes
