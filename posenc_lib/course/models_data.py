@@ -9,6 +9,11 @@ model's configuration class in Hugging Face transformers 5.24 (the golden script
 they are set by the released checkpoint's ``config.json`` (as published; not
 downloaded by the course), in which case the test checks only that the model's own
 function, fed these numbers, gives the same frequencies as ``rope_inv_freq``.
+
+A ``"code"`` row named after a checkpoint prints the configuration class's defaults,
+which the checkpoint's own ``config.json`` may override; the fields it names in
+``class_defaults`` (``"base"``, ``"QK-norm"``) are printed with "(class default)" so
+that the table does not pass them off as the checkpoint's.
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ class DeployedModel:
     source: str  # repository, file, function
     numbers: str  # "code" or "checkpoint" (see the module docstring)
     note: str = ""
+    # fields printed from the configuration class's defaults, not the checkpoint's
+    class_defaults: tuple[str, ...] = ()
 
 
 DEPLOYED_MODELS: tuple[DeployedModel, ...] = (
@@ -84,10 +91,11 @@ DEPLOYED_MODELS: tuple[DeployedModel, ...] = (
         "zai-org/GLM-4.5",
         (RopeSpec("all", 128, 10000.0, rotary_dim=64),),
         "all full",
-        "per head if use_qk_norm (default off)",
+        "per head if use_qk_norm, off",
         f"{HF} models/glm4_moe/modeling_glm4_moe.py apply_rotary_pos_emb",
         "code",
         "partial_rotary_factor 0.5 (config default); d_head 128 from the checkpoint",
+        class_defaults=("base", "QK-norm"),
     ),
     DeployedModel(
         "Qwen3-Next",
@@ -98,6 +106,7 @@ DEPLOYED_MODELS: tuple[DeployedModel, ...] = (
         f"{HF} models/qwen3_next/modeling_qwen3_next.py apply_rotary_pos_emb",
         "code",
         "partial_rotary_factor 0.25; linear-attention layers have no RoPE",
+        class_defaults=("base",),
     ),
     DeployedModel(
         "Gemma 3",
@@ -240,7 +249,10 @@ def spec_inv_freq(spec: RopeSpec) -> tuple[torch.Tensor, float]:
     )
 
 
-def _encoding(spec: RopeSpec) -> str:
+CLASS_DEFAULT = " (class default)"
+
+
+def _encoding(spec: RopeSpec, base_is_class_default: bool = False) -> str:
     r = spec.rotary_dim or spec.d_head
     if spec.scaling == "proportional":
         k = int(spec.params["partial_rotary_factor"] * spec.d_head // 2)
@@ -251,18 +263,23 @@ def _encoding(spec: RopeSpec) -> str:
         what = f"RoPE {spec.d_head}"
     if spec.scaling not in (None, "proportional"):
         what += f" {spec.scaling} x{spec.params['factor']:g}"
-    return f"{spec.layers}: {what}, base {spec.base:g}"
+    default = CLASS_DEFAULT if base_is_class_default else ""
+    return f"{spec.layers}: {what}, base {spec.base:g}{default}"
 
 
 def model_table() -> list[dict[str, str]]:
     """One row per model: name, encoding per kind of layer, pattern, QK-norm, source
-    and where the numbers come from."""
+    and where the numbers come from; a field that is the configuration class's
+    default (``class_defaults``) says so."""
     return [
         {
             "model": m.name,
-            "encoding": "; ".join(_encoding(s) for s in m.specs),
+            "encoding": "; ".join(
+                _encoding(s, "base" in m.class_defaults) for s in m.specs
+            ),
             "layers": m.pattern,
-            "QK-norm": m.qk_norm,
+            "QK-norm": m.qk_norm
+            + (CLASS_DEFAULT if "QK-norm" in m.class_defaults else ""),
             "source": m.source.replace(f"{HF} ", ""),
             "numbers": m.numbers,
         }
