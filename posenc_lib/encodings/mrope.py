@@ -12,7 +12,8 @@ t = h = w = p, every angle is p * theta_i, and M-RoPE *is* 1-D RoPE (same layout
 
 **Sections** (``mrope_section``, in frequency pairs, summing to d/2): Qwen2-VL's 7B
 and 72B configurations use ``[16, 24, 24]`` for d = 128. Hugging Face's
-``apply_multimodal_rotary_pos_emb`` builds cos/sin over all d dimensions for each
+``apply_multimodal_rotary_pos_emb`` (transformers 4.45 to 4.57; in 5.x
+``Qwen2VLRotaryEmbedding.recomposition_frequencies``) builds cos/sin over all d for each
 axis, splits the last dimension into ``mrope_section * 2`` = [16, 24, 24, 16, 24, 24]
 and takes chunk k from axis k % 3. In the ``rotate_half`` layout (pairs (i, i + d/2))
 these are **contiguous** sections of pair indices: t on the highest frequencies
