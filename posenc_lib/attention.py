@@ -106,7 +106,7 @@ def attention(
       (``reference_attention``), "fast" or "flex" (``posenc_lib.backends``).
     """
     pe = _NO_PE if pe is None else pe
-    b, h, i, j = check_qkv(q, k, v, scale_of(pe, q) if is_4d(q) else 1.0)
+    b, h, i, j = check_qkv(q, k, v, scale_of(pe, q) if is_4d(q) else 1.0, x)
     if positions is None:
         positions = prepare(
             pe, b, h, i, j, q_pos, k_pos, causal, mask, inputs, q.device
@@ -115,11 +115,6 @@ def attention(
         raise ValueError("pass either positions= or q_pos/k_pos/causal/mask/inputs")
     elif (positions.q.shape[1], positions.k.shape[1]) != (i, j):
         raise ValueError(f"positions were prepared for other lengths than ({i}, {j})")
-    if x is not None and (x.dim() != 3 or x.shape[:2] != (b, i)):
-        raise ValueError(
-            f"x must have shape ({b}, {i}, D) to match the {i} queries, "
-            f"got {tuple(x.shape)}"
-        )
     return _attend(q, k, v, pe, positions, x, path, return_weights)
 
 
@@ -223,7 +218,7 @@ class MultiHeadAttention(nn.Module):
                 )
             cache.claim(self)
             if positions is None:  # called on its own: the boundary
-                check_qkv(q, k, v, scale_of(self.pe, q))
+                check_qkv(q, k, v, scale_of(self.pe, q), x)
                 positions = prepare_step(
                     self.pe, cache, b, self.n_heads, n, pos, mask, x.device
                 )
@@ -239,7 +234,7 @@ class MultiHeadAttention(nn.Module):
             cache.store(k, v, positions.k, x)  # the call passed: keep the tokens
         else:
             if positions is None:  # called on its own: the boundary
-                check_qkv(q, k, v, scale_of(self.pe, q))
+                check_qkv(q, k, v, scale_of(self.pe, q), x)
                 positions = prepare(
                     self.pe, b, self.n_heads, n, n, pos, pos, causal, mask, inputs,
                     x.device,

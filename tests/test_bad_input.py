@@ -149,6 +149,21 @@ def _ids_decoded(ids):
     return corpus.decode(torch.tensor(ids))
 
 
+def _with(t, value):
+    """``t`` with one entry set to ``value`` (NaN, inf)."""
+    t = t.clone(memory_format=torch.contiguous_format)
+    t.view(-1)[t.numel() // 2] = value
+    return t
+
+
+def _laplacian_model_with(value):
+    pe = _make("laplacian", 16, 2)
+    inputs = pe.example_inputs(1, 5)
+    inputs["eigvecs"] = _with(inputs["eigvecs"], value)
+    model = pl.TinyTransformer(8, 16, 2, 1, pe=pe)
+    return model(torch.zeros(1, 5).long(), inputs=inputs)
+
+
 CLASSES = {
     # shapes that would broadcast where they should be refused
     "positions of batch 2 for a call of batch 1": (
@@ -253,6 +268,44 @@ CLASSES = {
         lambda: _ids_decoded([0, -1]),
         ValueError,
         "ids must be in [0,",
+    ),
+    # non-finite data reaching an encoding (issue 33)
+    "FoX with NaN in its layer input x": (
+        lambda: pl.attention(
+            *(_q(h=2),) * 3,
+            _make("fox", 16, 2),
+            causal=True,
+            x=_with(torch.randn(1, 5, 16), math.nan),
+        ),
+        ValueError,
+        "x holds NaN or infinite values",
+    ),  # fmt: skip
+    "FoX with inf in its layer input x": (
+        lambda: pl.attention(
+            *(_q(h=2),) * 3,
+            _make("fox", 16, 2),
+            causal=True,
+            x=_with(torch.randn(1, 5, 16), math.inf),
+        ),
+        ValueError,
+        "x holds NaN or infinite values",
+    ),  # fmt: skip
+    "FoX's gates of a NaN layer input": (
+        lambda: _make("fox", 16, 2).log_forget_gates(
+            _with(torch.randn(1, 5, 16), math.nan)
+        ),
+        ValueError,
+        "x holds NaN or infinite values",
+    ),
+    "LaplacianPE with NaN eigenvectors": (
+        lambda: _laplacian_model_with(math.nan),
+        ValueError,
+        "inputs['eigvecs'] must be finite",
+    ),
+    "LaplacianPE with inf eigenvectors": (
+        lambda: _laplacian_model_with(-math.inf),
+        ValueError,
+        "inputs['eigvecs'] must be finite",
     ),
 }
 

@@ -34,7 +34,7 @@ from torch import nn
 
 from ..base import Context, PositionalEncoding
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_positive_int, compiling
 from .graph_algorithms import (
     UNREACHABLE,
     laplacian_eigenvectors,
@@ -223,6 +223,11 @@ class LaplacianPE(PositionalEncoding):
             raise ValueError(
                 f"inputs['eigvecs'] must have shape {(*x.shape[:2], self.k)} "
                 f"(k = {self.k}), got {tuple(u.shape)}"
+            )
+        if not compiling() and not torch.isfinite(u).all():
+            raise ValueError(
+                "inputs['eigvecs'] must be finite (no NaN or inf): a NaN eigenvector "
+                "entry would make every output NaN"
             )
         # x_i + W u_i + c
         return x + self.proj(u.to(x.dtype))
