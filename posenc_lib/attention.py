@@ -237,7 +237,7 @@ class MultiHeadAttention(nn.Module):
                 check_qkv(q, k, v, scale_of(self.pe, q), x)
                 positions = prepare(
                     self.pe, b, self.n_heads, n, n, pos, pos, causal, mask, inputs,
-                    x.device,
+                    x.device, ("pos", "pos"),
                 )  # fmt: skip
             res = _attend(q, k, v, self.pe, positions, x, path, return_weights)
         out, weights = res if return_weights else (res, None)

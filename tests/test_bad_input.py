@@ -354,3 +354,44 @@ def test_one_call_gets_one_answer_on_every_path(name):
     for path in ("slow", "fast", "flex"):
         with torch.no_grad(), pytest.raises(ValueError, match="built for n_heads=4"):
             pl.attention(q, q, q, pe, path=path)
+
+
+def _pos_callers():
+    """The model and the layer take one ``pos``; each way of calling them."""
+    torch.manual_seed(0)
+    model = pl.TinyTransformer(8, 16, 2, 1, pe="rope")
+    mha = pl.MultiHeadAttention(16, 2, "rope")
+    coords = pl.TinyTransformer(8, 16, 2, 1, pe="rope_2d")
+    tokens, x = torch.zeros(2, 5).long(), torch.randn(2, 5, 16)
+    return {
+        "model": lambda pos: model(tokens, pos),
+        "model, bidirectional": lambda pos: model(tokens, pos, causal=False),
+        "layer": lambda pos: mha(x, pos),
+        "layer with a cache": lambda pos: mha(x, pos, causal=True, cache=pl.KVCache()),
+        "model with a cache": lambda pos: model(tokens, pos, cache=model.new_cache()),
+        "coordinates model": lambda pos: coords(tokens, pos),
+    }
+
+
+BAD_POS = {
+    "negative": (torch.tensor([[-1, 0, 1, 2, 3]]), ValueError),
+    "too short": (torch.arange(4), ValueError),
+    "float": (torch.arange(5.0), TypeError),
+    "batch of 3": (torch.zeros(3, 5).long(), ValueError),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_POS))
+@pytest.mark.parametrize("caller", sorted(_pos_callers()))
+def test_a_caller_who_passed_pos_is_told_about_pos(caller, bad):
+    """The model and the layer take ``pos``: their errors name ``pos``, not the
+    ``q_pos``/``k_pos`` of the attention function they call."""
+    pos, error = BAD_POS[bad]
+    if caller == "coordinates model":
+        pos = None if bad == "negative" else pos  # coordinates: pos is required
+    with pytest.raises((error, ValueError)) as info:
+        _pos_callers()[caller](pos)
+    message = str(info.value)
+    assert "pos" in message and "q_pos" not in message and "k_pos" not in message, (
+        f"{caller}, {bad}: {message}"
+    )
