@@ -172,19 +172,22 @@ def check_shape(
 
 def check_bool_mask(mask: object, shape: tuple[int, ...], what: str) -> None:
     """Raise a clear error unless ``mask`` is a bool tensor (True = may attend) that
-    broadcasts to ``shape``; ``what`` names that shape in the message."""
+    broadcasts to ``shape`` without enlarging it (a mask of batch 3 for a call of
+    batch 1 would make the output's batch 3); ``what`` names that shape."""
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         raise TypeError(
             "mask must be a bool tensor (True = may attend), got "
             f"{getattr(mask, 'dtype', type(mask).__name__)}"
         )
     try:
-        torch.broadcast_shapes(mask.shape, shape)
+        fits = torch.broadcast_shapes(mask.shape, shape) == tuple(shape)
     except RuntimeError:
+        fits = False
+    if not fits:
         raise ValueError(
-            f"mask must be broadcastable to {what} {tuple(shape)}, got "
-            f"{tuple(mask.shape)}"
-        ) from None
+            f"mask must be broadcastable to {what} {tuple(shape)} (each axis 1 or "
+            f"the same size, at most {len(shape)} axes), got {tuple(mask.shape)}"
+        )
 
 
 def check_integer(x: torch.Tensor, name: str, what: str = "positions") -> torch.Tensor:

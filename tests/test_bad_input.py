@@ -269,6 +269,35 @@ CLASSES = {
         ValueError,
         "ids must be in [0,",
     ),
+    # shapes that would enlarge the call (issue 33)
+    "a mask with a larger batch than q (slow)": (
+        lambda: pl.attention(
+            *(_q(),) * 3, path="slow", mask=torch.ones(3, 1, 5, 5, dtype=torch.bool)
+        ),
+        ValueError,
+        "mask must be broadcastable to (b, h, i, j) = (1, 4, 5, 5)",
+    ),  # fmt: skip
+    "a mask with more heads than q (fast)": (
+        lambda: pl.attention(
+            *(_q(h=1),) * 3, path="fast", mask=torch.ones(1, 4, 5, 5, dtype=torch.bool)
+        ),
+        ValueError,
+        "mask must be broadcastable to (b, h, i, j) = (1, 1, 5, 5)",
+    ),  # fmt: skip
+    "a 5-D mask": (
+        lambda: pl.attention(
+            *(_q(),) * 3, mask=torch.ones(1, 1, 1, 5, 5, dtype=torch.bool)
+        ),
+        ValueError,
+        "mask must be broadcastable to (b, h, i, j)",
+    ),  # fmt: skip
+    "a stick-breaking mask with a larger batch than the scores": (
+        lambda: pl.StickBreaking().attention_weights(
+            torch.randn(1, 2, 5, 5), torch.ones(3, 1, 5, 5, dtype=torch.bool).tril()
+        ),
+        ValueError,
+        "mask must be broadcastable to scores",
+    ),
     # non-finite data reaching an encoding (issue 33)
     "FoX with NaN in its layer input x": (
         lambda: pl.attention(
