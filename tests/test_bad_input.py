@@ -4,6 +4,7 @@ the constraint: never a silent wrong answer, NaN, zeros or a bare framework erro
 One row per case from the review of Parts 0-III: (what is called, expected error type,
 a fragment of the message that names the argument)."""
 
+import itertools
 import math
 
 import pytest
@@ -374,15 +375,17 @@ def test_negative_positions_are_valid_rotations():
     torch.testing.assert_close(s(-5, -2), s(3, 6))
 
 
-@pytest.mark.parametrize("name", ["alibi", "t5"])
+@pytest.mark.parametrize("name", ["alibi", "t5", "graphormer", "distance_rbf"])
 def test_one_call_gets_one_answer_on_every_path(name):
-    """A 4-head table called with 1 head: the same refusal from the reference, the
-    fused kernel and FlexAttention (not 4 heads, an error and head 0 only)."""
-    q = torch.randn(1, 1, 5, 8)
+    """A 4-head table called with 1 or 2 heads: the same refusal from the reference,
+    the fused kernel and FlexAttention (not 4 heads, an error and head 0 only; for
+    Graphormer and the distance bias: 4 heads on the slow path, head 0 on flex)."""
     pe = _make(name)
-    for path in ("slow", "fast", "flex"):
+    inputs = pe.example_inputs(1, 5) or None
+    for h, path in itertools.product((1, 2), ("slow", "fast", "flex")):
+        q = torch.randn(1, h, 5, 8)
         with torch.no_grad(), pytest.raises(ValueError, match="built for n_heads=4"):
-            pl.attention(q, q, q, pe, path=path)
+            pl.attention(q, q, q, pe, path=path, inputs=inputs)
 
 
 def _pos_callers():

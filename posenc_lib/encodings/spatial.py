@@ -36,7 +36,7 @@ from torch import nn
 
 from ..base import Context, PositionalEncoding
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_heads, check_positive_int
 
 __all__ = [
     "pairwise_distances",
@@ -214,6 +214,7 @@ class DistanceRBFBias(PositionalEncoding):
         self.proj = nn.Linear(self.n_rbf, self.n_heads)  # w_hk, c_h
 
     def score_bias(self, q, k, q_pos, k_pos, ctx: Context) -> torch.Tensor:
+        check_heads(q, self, self.n_heads)
         b, _, i, _ = q.shape
         j = k.shape[2]
         if i != j:
@@ -231,6 +232,7 @@ class DistanceRBFBias(PositionalEncoding):
         """FlexAttention form: ``score + bias_hij``. The K-term RBF map is computed
         as ``score_bias`` (in the parameters' dtype) once per call and read per
         pair, rather than K exponentials per pair inside the kernel."""
+        check_heads(ctx.need("q", type(self).__name__), self, self.n_heads)
         b, i = q_pos.shape[:2]
         w = self.proj.weight
         probe = w.new_empty(b, self.n_heads, i, 0)  # q's shape, for score_bias
