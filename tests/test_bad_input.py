@@ -299,6 +299,61 @@ CLASSES = {
         ValueError,
         "mask must be broadcastable to scores",
     ),
+    # an infinite RoPE scaling factor: every frequency 0 (or NaN) (issue 33)
+    "linear RoPE scaling factor=inf": (
+        lambda: pl.rope_inv_freq(8, scaling="linear", factor=math.inf),
+        ValueError,
+        "factor must be a finite number >= 1, got inf",
+    ),
+    "proportional RoPE scaling factor=inf": (
+        lambda: pl.rope_inv_freq(8, scaling="proportional", factor=math.inf),
+        ValueError,
+        "factor must be a finite number >= 1, got inf",
+    ),
+    "dynamic RoPE scaling factor=inf": (
+        lambda: pl.rope_inv_freq(
+            8,
+            scaling="dynamic",
+            factor=math.inf,
+            original_max_position_embeddings=16,
+            seq_len=32,
+        ),
+        ValueError,
+        "factor must be a finite number >= 1, got inf",
+    ),  # fmt: skip
+    "dynamic RoPE scaling factor=nan": (
+        lambda: pl.rope_inv_freq(
+            8,
+            scaling="dynamic",
+            factor=math.nan,
+            original_max_position_embeddings=16,
+            seq_len=32,
+        ),
+        ValueError,
+        "factor must be a finite number >= 1, got nan",
+    ),  # fmt: skip
+    "linear RoPE scaling factor=0": (
+        lambda: pl.rope_inv_freq(8, scaling="linear", factor=0),
+        ValueError,
+        "factor must be a finite number >= 1, got 0",
+    ),
+    "proportional RoPE scaling factor=-2": (
+        lambda: pl.rope_inv_freq(8, scaling="proportional", factor=-2.0),
+        ValueError,
+        "factor must be a finite number >= 1, got -2.0",
+    ),
+    "llama3 RoPE scaling factor=inf": (
+        lambda: pl.rope_inv_freq(
+            8, scaling="llama3", factor=math.inf, original_max_position_embeddings=16
+        ),
+        ValueError,
+        "factor must be a finite number >= 1, got inf",
+    ),
+    "the rope_dynamic encoding with factor=inf": (
+        lambda: pl.DynamicRotary(8, 16, factor=math.inf),
+        ValueError,
+        "factor must be a finite number >= 1, got inf",
+    ),
     # non-finite data reaching an encoding (issue 33)
     "FoX with NaN in its layer input x": (
         lambda: pl.attention(
