@@ -354,6 +354,83 @@ CLASSES = {
         ValueError,
         "factor must be a finite number >= 1, got inf",
     ),
+    # NaN or inf parameters and inputs of the small helpers (issue 33)
+    "sinusoidal_encoding base=inf": (
+        lambda: pl.sinusoidal_encoding(torch.arange(3), 8, base=math.inf),
+        ValueError,
+        "base must be a finite number > 1, got inf",
+    ),
+    "sinusoidal_table base=inf": (
+        lambda: pl.sinusoidal_table(4, 8, base=math.inf),
+        ValueError,
+        "base must be a finite number > 1, got inf",
+    ),
+    "Sinusoidal(base=nan)": (
+        lambda: pl.Sinusoidal(8, base=math.nan),
+        ValueError,
+        "base must be a finite number > 1, got nan",
+    ),
+    "sinusoidal_encoding at a NaN position": (
+        lambda: pl.sinusoidal_encoding(torch.tensor([0.0, math.nan]), 8),
+        ValueError,
+        "pos must be finite",
+    ),
+    "rbf_expand gamma=nan": (
+        lambda: pl.rbf_expand(torch.ones(3), torch.linspace(0, 1, 4), math.nan),
+        ValueError,
+        "gamma must be a finite number > 0, got nan",
+    ),
+    "rbf_expand gamma=-1": (
+        lambda: pl.rbf_expand(torch.ones(3), torch.linspace(0, 1, 4), -1.0),
+        ValueError,
+        "gamma must be a finite number > 0, got -1.0",
+    ),
+    "rbf_expand with a NaN center": (
+        lambda: pl.rbf_expand(torch.ones(3), torch.tensor([0.0, math.nan]), 1.0),
+        ValueError,
+        "centers must be finite",
+    ),
+    "fourier_features with a NaN frequency": (
+        lambda: pl.fourier_features(
+            torch.ones(3, 2), _with(torch.randn(4, 2), math.nan)
+        ),
+        ValueError,
+        "B must be finite",
+    ),
+    "great_circle_angle at a NaN latitude": (
+        lambda: pl.great_circle_angle(
+            *(torch.tensor([math.nan]),) + (torch.zeros(1),) * 3
+        ),
+        ValueError,
+        "lat1 must be finite",
+    ),
+    "great_circle_angle at an infinite longitude": (
+        lambda: pl.great_circle_angle(*(torch.zeros(1),) * 3, torch.tensor([math.inf])),
+        ValueError,
+        "lon2 must be finite",
+    ),
+    "great_circle_angle at latitude 200": (
+        lambda: pl.great_circle_angle(
+            *(torch.zeros(1),) * 2, torch.tensor([200.0]), torch.zeros(1)
+        ),
+        ValueError,
+        "lat2 must lie in [-90, 90]",
+    ),
+    "canonical_sign of NaN vectors": (
+        lambda: pl.canonical_sign(torch.tensor([[1.0], [math.nan], [2.0]])),
+        ValueError,
+        "vectors must be finite",
+    ),
+    "canonical_sign with rtol=nan": (
+        lambda: pl.canonical_sign(torch.randn(3, 1), rtol=math.nan),
+        ValueError,
+        "rtol must be a number in [0, 1), got nan",
+    ),
+    "random_sign_flip of NaN vectors": (
+        lambda: pl.random_sign_flip(torch.tensor([[[1.0], [math.nan]]])),
+        ValueError,
+        "vectors must be finite",
+    ),
     # non-finite data reaching an encoding (issue 33)
     "FoX with NaN in its layer input x": (
         lambda: pl.attention(

@@ -89,6 +89,12 @@ def rbf_expand(
     dist = _check_float(dist, "dist", "(...)", min_dim=0)
     if not isinstance(centers, torch.Tensor) or centers.dim() != 1:
         raise ValueError("centers must be a 1-D tensor (K,)")
+    _check_float(centers, "centers", "(K,)")
+    if isinstance(gamma, torch.Tensor):
+        if not bool((torch.isfinite(gamma) & (gamma > 0)).all()):
+            raise ValueError(f"gamma must be a finite number > 0, got {gamma}")
+    else:
+        gamma = _check_positive_float(gamma, "gamma")
     # e_k(d) = exp(-gamma (d - mu_k)^2)
     return torch.exp(-gamma * (dist[..., None] - centers.to(dist)) ** 2)  # (..., K)
 
@@ -126,8 +132,18 @@ def great_circle_angle(
 ) -> torch.Tensor:
     """Central angle (radians) between two points given in degrees, by the haversine
     formula ``hav(theta) = hav(dphi) + cos phi1 cos phi2 hav(dlambda)``,
-    ``hav(x) = sin^2(x / 2)``. Multiply by the radius for a distance."""
-    p1, l1, p2, l2 = (torch.deg2rad(t) for t in (lat1, lon1, lat2, lon2))
+    ``hav(x) = sin^2(x / 2)``. Multiply by the radius for a distance. Latitudes must
+    lie in [-90, 90]; every argument must be a finite floating-point tensor."""
+    named = {"lat1": lat1, "lon1": lon1, "lat2": lat2, "lon2": lon2}
+    for name, t in named.items():
+        _check_float(t, name, "(...) in degrees", min_dim=0)
+    for name in ("lat1", "lat2"):
+        if (named[name].abs() > 90.0).any():
+            raise ValueError(
+                f"{name} must lie in [-90, 90] degrees, got "
+                f"{named[name].abs().max().item():g}"
+            )
+    p1, l1, p2, l2 = (torch.deg2rad(t) for t in named.values())
     # hav(theta) = hav(phi2 - phi1) + cos phi1 cos phi2 hav(lambda2 - lambda1)
     h = (
         torch.sin((p2 - p1) / 2) ** 2
@@ -162,6 +178,7 @@ def fourier_features(v: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
             f"B must have shape (m, {v.shape[-1]}) to match v's last axis, got "
             f"{tuple(getattr(B, 'shape', ()))}"
         )
+    _check_float(B, "B", f"(m, {v.shape[-1]})")
     # 2 pi B v, for every point
     proj = 2 * math.pi * torch.einsum("...c,mc->...m", v, B.to(v))  # (..., m)
     return torch.cat((proj.cos(), proj.sin()), dim=-1)  # (..., 2m)
