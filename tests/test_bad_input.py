@@ -431,6 +431,11 @@ CLASSES = {
         ValueError,
         "vectors must be finite",
     ),
+    "llama4_attn_scale at a negative position": (
+        lambda: pl.llama4_attn_scale(torch.tensor([3, -5]), floor_scale=4),
+        ValueError,
+        "pos must be >= 0, got a minimum of -5",
+    ),
     # non-finite data reaching an encoding (issue 33)
     "FoX with NaN in its layer input x": (
         lambda: pl.attention(
