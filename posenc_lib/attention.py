@@ -208,6 +208,12 @@ class MultiHeadAttention(nn.Module):
                 f"{tuple(getattr(x, 'shape', ()))}"
             )
         check_same_device(x, "x", self.w_q, "layer")
+        if x.dtype != self.w_q.weight.dtype:
+            raise TypeError(
+                f"x is {x.dtype} but this MultiHeadAttention holds "
+                f"{self.w_q.weight.dtype} parameters: cast one to the other "
+                f"(layer.to({x.dtype}), or x.to({self.w_q.weight.dtype}))"
+            )
         b, n, _ = x.shape
         q, k, v = (self._split(w(x)) for w in (self.w_q, self.w_k, self.w_v))
         if cache is not None:  # the new queries against every key so far

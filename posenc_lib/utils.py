@@ -256,6 +256,8 @@ def check_qkv(q, k, v, scale: float, x=None) -> tuple[int, int, int, int]:
                 "x (the layer input) must be a floating-point tensor, got "
                 f"{getattr(x, 'dtype', type(x).__name__)}"
             )
+        if x.dtype != q.dtype:
+            raise TypeError(f"x must have q's dtype {q.dtype}, got {x.dtype}")
         if x.dim() != 3 or x.shape[:2] != (b, i) or 0 in x.shape:
             raise ValueError(
                 f"x must have shape ({b}, {i}, D) to match the {i} queries, "

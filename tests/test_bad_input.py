@@ -436,6 +436,23 @@ CLASSES = {
         ValueError,
         "pos must be >= 0, got a minimum of -5",
     ),
+    "a float32 layer on a float64 x": (
+        lambda: pl.MultiHeadAttention(16, 2)(
+            torch.randn(1, 5, 16, dtype=torch.float64)
+        ),
+        TypeError,
+        "x is torch.float64 but this MultiHeadAttention holds torch.float32",
+    ),
+    "a layer input x of another dtype than q": (
+        lambda: pl.attention(
+            *(_q(h=2),) * 3,
+            _make("fox", 16, 2),
+            causal=True,
+            x=torch.randn(1, 5, 16, dtype=torch.float64),
+        ),
+        TypeError,
+        "x must have q's dtype torch.float32",
+    ),  # fmt: skip
     # non-finite data reaching an encoding (issue 33)
     "FoX with NaN in its layer input x": (
         lambda: pl.attention(
@@ -564,3 +581,36 @@ def test_a_caller_who_passed_pos_is_told_about_pos(caller, bad):
     assert "pos" in message and "q_pos" not in message and "k_pos" not in message, (
         f"{caller}, {bad}: {message}"
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", sorted(pl.REGISTRY))
+def test_an_input_of_another_dtype_than_the_encoding_is_computed_or_named(name, dtype):
+    """A float32 encoding called on float64 or bfloat16 q, k, v, x (attention on
+    every path it allows, and its input term): the answer in the input's dtype when
+    the encoding holds no parameters of another dtype, else a TypeError naming the
+    dtype it holds; never torch's "mat1 and mat2 must have the same dtype" from inside
+    a hook (21 places before)."""
+    pe = _make(name, 32, 4)
+    g = torch.Generator().manual_seed(0)
+    pos = pe.example_positions(2, 6, generator=g)
+    inputs = pe.example_inputs(2, 6, generator=g) or None
+    q = torch.randn(2, 4, 6, 8, generator=g).to(dtype)
+    x = torch.randn(2, 6, 32, generator=g).to(dtype)
+    held = {p.dtype for p in pe.parameters()} - {dtype}
+    ctx = pl.Context(x=x, causal=True, inputs=inputs)
+    calls = {"encode_input": lambda: pe.call_hook("encode_input", x, pos, ctx=ctx)}
+    for path in ("slow",) if pe.needs_score_path else ("slow", "fast"):
+        calls[path] = lambda path=path: pl.attention(
+            q, q, q, pe, pos, pos, causal=True, inputs=inputs, x=x, path=path
+        )
+    for what, call in calls.items():
+        try:
+            with torch.no_grad():
+                out = call()
+        except TypeError as error:
+            message = str(error)
+            named = any(f"holds {d}" in message for d in held) or "dtype" in message
+            assert held and named, f"{name}, {what}: {message}"
+            continue
+        assert out.dtype == dtype, f"{name}, {what}: came back in {out.dtype}"
