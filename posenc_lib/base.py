@@ -156,7 +156,7 @@ class PositionalEncoding(nn.Module):
     def call_hook(self, hook: str, *args, ctx: Context | None = None):
         """``hook(*args)``, with ``ctx=`` if the hook declares it; a hook in
         ``reuse`` is computed once per forward pass (``ctx.positions``)."""
-        if hook in _INPUT_HOOKS and overrides(self, hook):
+        if hook in _INPUT_HOOKS:  # every path calls transform_qk first
             self.check_dtype(args[0], "x" if hook == "encode_input" else "q")
         fn = getattr(self, hook)
         run = (
