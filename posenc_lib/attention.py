@@ -106,7 +106,7 @@ def attention(
       (``reference_attention``), "fast" or "flex" (``posenc_lib.backends``).
     """
     pe = _NO_PE if pe is None else pe
-    b, h, i, j = check_qkv(q, k, v, scale_of(pe, q) if is_4d(q) else 1.0)
+    b, h, i, j = check_qkv(q, k, v, scale_of(pe, q) if is_4d(q) else 1.0, x)
     if positions is None:
         positions = prepare(
             pe, b, h, i, j, q_pos, k_pos, causal, mask, inputs, q.device
@@ -115,11 +115,6 @@ def attention(
         raise ValueError("pass either positions= or q_pos/k_pos/causal/mask/inputs")
     elif (positions.q.shape[1], positions.k.shape[1]) != (i, j):
         raise ValueError(f"positions were prepared for other lengths than ({i}, {j})")
-    if x is not None and (x.dim() != 3 or x.shape[:2] != (b, i)):
-        raise ValueError(
-            f"x must have shape ({b}, {i}, D) to match the {i} queries, "
-            f"got {tuple(x.shape)}"
-        )
     return _attend(q, k, v, pe, positions, x, path, return_weights)
 
 
@@ -213,6 +208,12 @@ class MultiHeadAttention(nn.Module):
                 f"{tuple(getattr(x, 'shape', ()))}"
             )
         check_same_device(x, "x", self.w_q, "layer")
+        if x.dtype != self.w_q.weight.dtype:
+            raise TypeError(
+                f"x is {x.dtype} but this MultiHeadAttention holds "
+                f"{self.w_q.weight.dtype} parameters: cast one to the other "
+                f"(layer.to({x.dtype}), or x.to({self.w_q.weight.dtype}))"
+            )
         b, n, _ = x.shape
         q, k, v = (self._split(w(x)) for w in (self.w_q, self.w_k, self.w_v))
         if cache is not None:  # the new queries against every key so far
@@ -223,7 +224,7 @@ class MultiHeadAttention(nn.Module):
                 )
             cache.claim(self)
             if positions is None:  # called on its own: the boundary
-                check_qkv(q, k, v, scale_of(self.pe, q))
+                check_qkv(q, k, v, scale_of(self.pe, q), x)
                 positions = prepare_step(
                     self.pe, cache, b, self.n_heads, n, pos, mask, x.device
                 )
@@ -239,10 +240,10 @@ class MultiHeadAttention(nn.Module):
             cache.store(k, v, positions.k, x)  # the call passed: keep the tokens
         else:
             if positions is None:  # called on its own: the boundary
-                check_qkv(q, k, v, scale_of(self.pe, q))
+                check_qkv(q, k, v, scale_of(self.pe, q), x)
                 positions = prepare(
                     self.pe, b, self.n_heads, n, n, pos, pos, causal, mask, inputs,
-                    x.device,
+                    x.device, ("pos", "pos"),
                 )  # fmt: skip
             res = _attend(q, k, v, self.pe, positions, x, path, return_weights)
         out, weights = res if return_weights else (res, None)

@@ -51,6 +51,10 @@ FOUR_TERMS: tuple[str, ...] = (
     "content-content", "content-position", "position-content", "position-position",
 )  # fmt: skip
 
+# The hooks whose first argument is what enters the encoding (x, or q): its dtype is
+# checked against the encoding's parameters there (later hooks see float32 scores).
+_INPUT_HOOKS = frozenset({"encode_input", "transform_qk", "score_bias"})
+
 # The hooks, in the order the attention calls them.
 HOOKS: tuple[str, ...] = (
     "encode_input",
@@ -152,6 +156,8 @@ class PositionalEncoding(nn.Module):
     def call_hook(self, hook: str, *args, ctx: Context | None = None):
         """``hook(*args)``, with ``ctx=`` if the hook declares it; a hook in
         ``reuse`` is computed once per forward pass (``ctx.positions``)."""
+        if hook in _INPUT_HOOKS:  # every path calls transform_qk first
+            self.check_dtype(args[0], "x" if hook == "encode_input" else "q")
         fn = getattr(self, hook)
         run = (
             (lambda: fn(*args, ctx=ctx))
@@ -161,6 +167,21 @@ class PositionalEncoding(nn.Module):
         if hook in self.reuse and ctx is not None and ctx.positions is not None:
             return ctx.positions.reuse((self, hook, args[0].dtype), run)
         return run()
+
+    def check_dtype(self, t: torch.Tensor, name: str) -> None:
+        """Raise unless ``t`` has the dtype of this encoding's learned parameters, as
+        ``nn.Linear`` requires (torch's own message, "mat1 and mat2 must have the same
+        dtype", came from deep inside a hook). An encoding without parameters (RoPE,
+        ALiBi, the sinusoid) computes in its input's dtype; one with parameters is
+        cast with its model (``model.to(dtype)``), or on its own (``pe.to(dtype)``).
+        Checked once per call, where the input enters (``call_hook``)."""
+        held = next((p.dtype for p in self.parameters() if p.is_floating_point()), None)
+        if held is not None and isinstance(t, torch.Tensor) and t.dtype != held:
+            raise TypeError(
+                f"{name} is {t.dtype} but this {type(self).__name__} holds {held} "
+                f"parameters: cast one to the other (pe.to({t.dtype}), or "
+                f"{name}.to({held}))"
+            )
 
     def encode_input(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """``(b, n, D), (1|b, n) -> (b, n, D)``: add (or mix in) position before the

@@ -67,8 +67,10 @@ def interleaved_to_half(W: torch.Tensor, n_heads: int) -> torch.Tensor:
     """
     h, d = _check(W, n_heads, "interleaved_to_half")
     rest = W.shape[1:]
-    # (h, d/2, 2, ...) -> (h, 2, d/2, ...): pair index outer, part (re/im) inner
-    return W.reshape(h, d // 2, 2, *rest).transpose(1, 2).reshape(W.shape)
+    # (h, d/2, 2, ...) -> (h, 2, d/2, ...): pair index outer, part (re/im) inner;
+    # indexing copies, where a reshape is a view of W when d = 2 (the identity)
+    perm = layout_permutation(d).to(W.device)  # (d,)
+    return W.reshape(h, d, *rest)[:, perm].reshape(W.shape)
 
 
 def half_to_interleaved(W: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -79,8 +81,9 @@ def half_to_interleaved(W: torch.Tensor, n_heads: int) -> torch.Tensor:
     """
     h, d = _check(W, n_heads, "half_to_interleaved")
     rest = W.shape[1:]
-    # (h, 2, d/2, ...) -> (h, d/2, 2, ...)
-    return W.reshape(h, 2, d // 2, *rest).transpose(1, 2).reshape(W.shape)
+    # (h, 2, d/2, ...) -> (h, d/2, 2, ...): the inverse permutation (a copy, as above)
+    inverse = layout_permutation(d).argsort().to(W.device)  # (d,)
+    return W.reshape(h, d, *rest)[:, inverse].reshape(W.shape)
 
 
 def layout_permutation(d_head: int) -> torch.Tensor:

@@ -180,8 +180,9 @@ class TinyTransformer(nn.Module):
             return self._decode(tokens, pos, causal, mask, inputs, cache)
         # positions, mask and side inputs: checked once, shared by every layer
         positions = prepare(
-            self.pe, b, heads, n, n, pos, pos, causal, mask, inputs, tokens.device
-        )
+            self.pe, b, heads, n, n, pos, pos, causal, mask, inputs, tokens.device,
+            ("pos", "pos"),
+        )  # fmt: skip
         self._check_other_layers(causal, inputs, tokens.device)
         x = self.embed(tokens)  # (b, n, D)
         ctx = Context(x=x, causal=causal, inputs=positions.inputs, positions=positions)

@@ -89,6 +89,7 @@ class Positions:
         self.lo, self.hi, self.user_mask, self.top = lo, hi, user_mask, None
         self.inputs, self.coords = inputs, coords
         self.memo: dict = {}
+        self.names = ("q_pos", "k_pos")  # what the caller called them, for errors
 
     @classmethod
     def build(
@@ -104,14 +105,18 @@ class Positions:
         axes: int | None = None,
         heads: int = 1,
         device: torch.device | None = None,
+        names: tuple[str, str] = ("q_pos", "k_pos"),
     ) -> "Positions":
         """Check and normalise a call's positions: ``i`` queries, ``j`` keys.
 
         ``None`` positions mean keys ``0 .. j-1`` and queries the last ``i`` of them
-        (a KV cache); coordinates (``axes``) have no default."""
+        (a KV cache); coordinates (``axes``) have no default. ``names``: what the
+        caller called the two in its errors (``("pos", "pos")`` for a model or a
+        layer, which take one ``pos``)."""
         if not isinstance(causal, bool):
             raise TypeError(f"causal must be a bool, got {causal!r}")
-        for name, p, n in (("k_pos", k_pos, j), ("q_pos", q_pos, i)):
+        q_name, k_name = names
+        for name, p, n in ((k_name, k_pos, j), (q_name, q_pos, i)):
             if axes is not None and p is None:
                 raise ValueError(
                     f"{name} is required: this encoding reads {axes} integer "
@@ -134,17 +139,18 @@ class Positions:
         k = (
             torch.arange(j, device=device)[None]
             if default_k
-            else normalize_positions(k_pos, b, j, "k_pos", axes, device)
+            else normalize_positions(k_pos, b, j, k_name, axes, device)
         )
         q = (
             k[:, j - i :]
             if default_k and q_pos is None and i <= j
             else torch.arange(max(j - i, 0), max(j - i, 0) + i, device=device)[None]
             if q_pos is None
-            else normalize_positions(q_pos, b, i, "q_pos", axes, device)
+            else normalize_positions(q_pos, b, i, q_name, axes, device)
         )
         coords = axes is not None
         self = cls(q, k, causal, coords, None, None, mask, dict(inputs or {}), coords)
+        self.names = names
         if default_k and q_pos is None:  # known from the shapes: no data to check
             self.run, self.lo, self.hi, self.top = True, 1 - j, i - 1, j - 1
             return self._check_rows() if mask is not None else self
@@ -155,7 +161,7 @@ class Positions:
     def _check_data(self, i: int, j: int) -> "Positions":
         """Every data-dependent fact and check in one host synchronisation."""
         q, k = self.q, self.k
-        facts = {"q_pos": q.min(), "k_pos": k.min()}
+        facts = {"q": q.min(), "k": k.min()}
         if not self.coords:
             facts["lo"], facts["hi"] = k.min() - q.max(), k.max() - q.min()
             facts["top"] = torch.maximum(q.max(), k.max())
@@ -169,9 +175,9 @@ class Positions:
             facts["rows"] = (k.amin(-1, keepdim=True) <= q).all()  # O(n), no mask
         values = torch.stack([t.to(torch.long) for t in facts.values()]).tolist()
         got = dict(zip(facts, values))  # the one sync above
-        for name in ("q_pos", "k_pos"):
-            if got[name] < 0:
-                raise ValueError(f"{name} must be >= 0, got a minimum of {got[name]}")
+        for key, name in zip("qk", self.names):
+            if got[key] < 0:
+                raise ValueError(f"{name} must be >= 0, got a minimum of {got[key]}")
         if not self.coords:
             self.lo, self.hi, self.top = got["lo"], got["hi"], got["top"]
             self.run = bool(got.get("run"))
@@ -300,10 +306,12 @@ def prepare(
     mask=None,
     inputs=None,
     device=None,
+    names=("q_pos", "k_pos"),
 ) -> Positions:
     """The ``Positions`` of a call (or a forward pass, or a decoding step): every
     check that depends on the call and not on the layer, run once, against what the
-    encoding ``pe`` requires (``causal_only``, ``side_inputs``, ``coord_axes``)."""
+    encoding ``pe`` requires (``causal_only``, ``side_inputs``, ``coord_axes``).
+    ``names``: the caller's names of the positions, for its errors."""
     if pe.causal_only and causal is not True:
         raise ValueError(
             f"{type(pe).__name__} is defined for causal attention only: "
@@ -317,7 +325,7 @@ def prepare(
             f"({wanted})"
         )
     return Positions.build(
-        b, i, j, q_pos, k_pos, causal, mask, inputs, pe.coord_axes, h, device
+        b, i, j, q_pos, k_pos, causal, mask, inputs, pe.coord_axes, h, device, names
     )
 
 
@@ -330,4 +338,6 @@ def prepare_step(pe, cache, b: int, h: int, n: int, pos, mask, device) -> Positi
         pos = cache.next_positions(n, device)
     new = normalize_positions(pos, b, n, "pos", pe.coord_axes, device)
     keys = cache.joined_positions(new)  # (1|b, j[, a])
-    return prepare(pe, b, h, n, keys.shape[1], new, keys, True, mask, None, device)
+    return prepare(
+        pe, b, h, n, keys.shape[1], new, keys, True, mask, None, device, ("pos", "pos")
+    )

@@ -172,19 +172,22 @@ def check_shape(
 
 def check_bool_mask(mask: object, shape: tuple[int, ...], what: str) -> None:
     """Raise a clear error unless ``mask`` is a bool tensor (True = may attend) that
-    broadcasts to ``shape``; ``what`` names that shape in the message."""
+    broadcasts to ``shape`` without enlarging it (a mask of batch 3 for a call of
+    batch 1 would make the output's batch 3); ``what`` names that shape."""
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         raise TypeError(
             "mask must be a bool tensor (True = may attend), got "
             f"{getattr(mask, 'dtype', type(mask).__name__)}"
         )
     try:
-        torch.broadcast_shapes(mask.shape, shape)
+        fits = torch.broadcast_shapes(mask.shape, shape) == tuple(shape)
     except RuntimeError:
+        fits = False
+    if not fits:
         raise ValueError(
-            f"mask must be broadcastable to {what} {tuple(shape)}, got "
-            f"{tuple(mask.shape)}"
-        ) from None
+            f"mask must be broadcastable to {what} {tuple(shape)} (each axis 1 or "
+            f"the same size, at most {len(shape)} axes), got {tuple(mask.shape)}"
+        )
 
 
 def check_integer(x: torch.Tensor, name: str, what: str = "positions") -> torch.Tensor:
@@ -215,9 +218,10 @@ def is_4d(t) -> bool:
     return isinstance(t, torch.Tensor) and t.dim() == 4
 
 
-def check_qkv(q, k, v, scale: float) -> tuple[int, int, int, int]:
-    """Shapes and dtypes; then, in one host sync, that q, k, v are finite and that
-    q.k cannot overflow the dtype the scores are computed in."""
+def check_qkv(q, k, v, scale: float, x=None) -> tuple[int, int, int, int]:
+    """Shapes and dtypes; then, in one host sync, that q, k, v (and the layer input
+    ``x`` ``(b, i, D)``, when given: FoX's gates read it) are finite and that q.k
+    cannot overflow the dtype the scores are computed in."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or not t.is_floating_point():
             raise TypeError(
@@ -245,15 +249,31 @@ def check_qkv(q, k, v, scale: float) -> tuple[int, int, int, int]:
             f"attention needs b, h, i, j, d > 0, got q {tuple(q.shape)}, "
             f"k {tuple(k.shape)}"
         )
+    named = {"q": q, "k": k, "v": v}
+    if x is not None:
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            raise TypeError(
+                "x (the layer input) must be a floating-point tensor, got "
+                f"{getattr(x, 'dtype', type(x).__name__)}"
+            )
+        if x.dtype != q.dtype:
+            raise TypeError(f"x must have q's dtype {q.dtype}, got {x.dtype}")
+        if x.dim() != 3 or x.shape[:2] != (b, i) or 0 in x.shape:
+            raise ValueError(
+                f"x must have shape ({b}, {i}, D) to match the {i} queries, "
+                f"got {tuple(x.shape)}"
+            )
+        named["x"] = x
     with torch.no_grad():  # |q.k| <= max|q| max|k| d, in float64 so it cannot overflow
-        big = [t.abs().amax().double() for t in (q, k, v)]
+        big = [t.abs().amax().double() for t in named.values()]
         bound = big[0] * big[1] * d * abs(scale)
         ok, finite = torch.stack([bound, sum(big)]).tolist()  # the one sync
     if not math.isfinite(finite):
-        name = next(n for n, t in zip("qkv", (q, k, v)) if not torch.isfinite(t).all())
+        name = next(n for n, t in named.items() if not torch.isfinite(t).all())
         raise ValueError(
             f"{name} holds NaN or infinite values; attention is defined for finite "
-            "q, k, v (the fused kernel would return zeros, the explicit path NaN)"
+            f"{', '.join(named)} (the fused kernel would return zeros, the explicit "
+            "path NaN)"
         )
     work = torch.promote_types(q.dtype, torch.float32)
     if ok > torch.finfo(work).max:

@@ -302,8 +302,8 @@ def test_hooks_without_ctx_are_called_as_before_and_with_ctx_get_it():
         pl.attention(q, k, v, spy, path="slow")
         assert set(spy.seen) == {"transform_scores", "value_bias"}
         assert all(isinstance(c, pl.Context) for c in spy.seen.values())
-    x = torch.randn(2, 4, 6)
-    gate = _GateFromInput(6)
+    x = torch.randn(2, 4, 6, dtype=torch.float64)
+    gate = _GateFromInput(6).double()  # an encoding's parameters have q's dtype
     with_x = pl.attention(q, k, v, gate, x=x)
     plain = pl.attention(q, k, v, pl.NoPE())
     assert not torch.allclose(with_x, plain)  # the gate read x through ctx
@@ -337,7 +337,7 @@ def test_a_data_dependent_bias_reads_the_layer_input_on_both_paths():
 def test_attention_without_x_tells_the_encoding_that_reads_it():
     q, k, v = qkv(b=1, h=2, d=4)
     with pytest.raises(ValueError, match="_GateFromInput reads ctx.x, which this call"):
-        pl.attention(q, k, v, _GateFromInput(8))
+        pl.attention(q, k, v, _GateFromInput(8).double())
 
 
 def test_a_pairwise_side_input_reaches_the_hooks_and_is_required():

@@ -4,6 +4,7 @@ the constraint: never a silent wrong answer, NaN, zeros or a bare framework erro
 One row per case from the review of Parts 0-III: (what is called, expected error type,
 a fragment of the message that names the argument)."""
 
+import itertools
 import math
 
 import pytest
@@ -149,6 +150,21 @@ def _ids_decoded(ids):
     return corpus.decode(torch.tensor(ids))
 
 
+def _with(t, value):
+    """``t`` with one entry set to ``value`` (NaN, inf)."""
+    t = t.clone(memory_format=torch.contiguous_format)
+    t.view(-1)[t.numel() // 2] = value
+    return t
+
+
+def _laplacian_model_with(value):
+    pe = _make("laplacian", 16, 2)
+    inputs = pe.example_inputs(1, 5)
+    inputs["eigvecs"] = _with(inputs["eigvecs"], value)
+    model = pl.TinyTransformer(8, 16, 2, 1, pe=pe)
+    return model(torch.zeros(1, 5).long(), inputs=inputs)
+
+
 CLASSES = {
     # shapes that would broadcast where they should be refused
     "positions of batch 2 for a call of batch 1": (
@@ -254,6 +270,227 @@ CLASSES = {
         ValueError,
         "ids must be in [0,",
     ),
+    # shapes that would enlarge the call (issue 33)
+    "a mask with a larger batch than q (slow)": (
+        lambda: pl.attention(
+            *(_q(),) * 3, path="slow", mask=torch.ones(3, 1, 5, 5, dtype=torch.bool)
+        ),
+        ValueError,
+        "mask must be broadcastable to (b, h, i, j) = (1, 4, 5, 5)",
+    ),  # fmt: skip
+    "a mask with more heads than q (fast)": (
+        lambda: pl.attention(
+            *(_q(h=1),) * 3, path="fast", mask=torch.ones(1, 4, 5, 5, dtype=torch.bool)
+        ),
+        ValueError,
+        "mask must be broadcastable to (b, h, i, j) = (1, 1, 5, 5)",
+    ),  # fmt: skip
+    "a 5-D mask": (
+        lambda: pl.attention(
+            *(_q(),) * 3, mask=torch.ones(1, 1, 1, 5, 5, dtype=torch.bool)
+        ),
+        ValueError,
+        "mask must be broadcastable to (b, h, i, j)",
+    ),  # fmt: skip
+    "a stick-breaking mask with a larger batch than the scores": (
+        lambda: pl.StickBreaking().attention_weights(
+            torch.randn(1, 2, 5, 5), torch.ones(3, 1, 5, 5, dtype=torch.bool).tril()
+        ),
+        ValueError,
+        "mask must be broadcastable to scores",
+    ),
+    # an infinite RoPE scaling factor: every frequency 0 (or NaN) (issue 33)
+    "linear RoPE scaling factor=inf": (
+        lambda: pl.rope_inv_freq(8, scaling="linear", factor=math.inf),
+        ValueError,
+        "factor must be a finite number >= 1, got inf",
+    ),
+    "proportional RoPE scaling factor=inf": (
+        lambda: pl.rope_inv_freq(8, scaling="proportional", factor=math.inf),
+        ValueError,
+        "factor must be a finite number >= 1, got inf",
+    ),
+    "dynamic RoPE scaling factor=inf": (
+        lambda: pl.rope_inv_freq(
+            8,
+            scaling="dynamic",
+            factor=math.inf,
+            original_max_position_embeddings=16,
+            seq_len=32,
+        ),
+        ValueError,
+        "factor must be a finite number >= 1, got inf",
+    ),  # fmt: skip
+    "dynamic RoPE scaling factor=nan": (
+        lambda: pl.rope_inv_freq(
+            8,
+            scaling="dynamic",
+            factor=math.nan,
+            original_max_position_embeddings=16,
+            seq_len=32,
+        ),
+        ValueError,
+        "factor must be a finite number >= 1, got nan",
+    ),  # fmt: skip
+    "linear RoPE scaling factor=0": (
+        lambda: pl.rope_inv_freq(8, scaling="linear", factor=0),
+        ValueError,
+        "factor must be a finite number >= 1, got 0",
+    ),
+    "proportional RoPE scaling factor=-2": (
+        lambda: pl.rope_inv_freq(8, scaling="proportional", factor=-2.0),
+        ValueError,
+        "factor must be a finite number >= 1, got -2.0",
+    ),
+    "llama3 RoPE scaling factor=inf": (
+        lambda: pl.rope_inv_freq(
+            8, scaling="llama3", factor=math.inf, original_max_position_embeddings=16
+        ),
+        ValueError,
+        "factor must be a finite number >= 1, got inf",
+    ),
+    "the rope_dynamic encoding with factor=inf": (
+        lambda: pl.DynamicRotary(8, 16, factor=math.inf),
+        ValueError,
+        "factor must be a finite number >= 1, got inf",
+    ),
+    # NaN or inf parameters and inputs of the small helpers (issue 33)
+    "sinusoidal_encoding base=inf": (
+        lambda: pl.sinusoidal_encoding(torch.arange(3), 8, base=math.inf),
+        ValueError,
+        "base must be a finite number > 1, got inf",
+    ),
+    "sinusoidal_table base=inf": (
+        lambda: pl.sinusoidal_table(4, 8, base=math.inf),
+        ValueError,
+        "base must be a finite number > 1, got inf",
+    ),
+    "Sinusoidal(base=nan)": (
+        lambda: pl.Sinusoidal(8, base=math.nan),
+        ValueError,
+        "base must be a finite number > 1, got nan",
+    ),
+    "sinusoidal_encoding at a NaN position": (
+        lambda: pl.sinusoidal_encoding(torch.tensor([0.0, math.nan]), 8),
+        ValueError,
+        "pos must be finite",
+    ),
+    "rbf_expand gamma=nan": (
+        lambda: pl.rbf_expand(torch.ones(3), torch.linspace(0, 1, 4), math.nan),
+        ValueError,
+        "gamma must be a finite number > 0, got nan",
+    ),
+    "rbf_expand gamma=-1": (
+        lambda: pl.rbf_expand(torch.ones(3), torch.linspace(0, 1, 4), -1.0),
+        ValueError,
+        "gamma must be a finite number > 0, got -1.0",
+    ),
+    "rbf_expand with a NaN center": (
+        lambda: pl.rbf_expand(torch.ones(3), torch.tensor([0.0, math.nan]), 1.0),
+        ValueError,
+        "centers must be finite",
+    ),
+    "fourier_features with a NaN frequency": (
+        lambda: pl.fourier_features(
+            torch.ones(3, 2), _with(torch.randn(4, 2), math.nan)
+        ),
+        ValueError,
+        "B must be finite",
+    ),
+    "great_circle_angle at a NaN latitude": (
+        lambda: pl.great_circle_angle(
+            *(torch.tensor([math.nan]),) + (torch.zeros(1),) * 3
+        ),
+        ValueError,
+        "lat1 must be finite",
+    ),
+    "great_circle_angle at an infinite longitude": (
+        lambda: pl.great_circle_angle(*(torch.zeros(1),) * 3, torch.tensor([math.inf])),
+        ValueError,
+        "lon2 must be finite",
+    ),
+    "great_circle_angle at latitude 200": (
+        lambda: pl.great_circle_angle(
+            *(torch.zeros(1),) * 2, torch.tensor([200.0]), torch.zeros(1)
+        ),
+        ValueError,
+        "lat2 must lie in [-90, 90]",
+    ),
+    "canonical_sign of NaN vectors": (
+        lambda: pl.canonical_sign(torch.tensor([[1.0], [math.nan], [2.0]])),
+        ValueError,
+        "vectors must be finite",
+    ),
+    "canonical_sign with rtol=nan": (
+        lambda: pl.canonical_sign(torch.randn(3, 1), rtol=math.nan),
+        ValueError,
+        "rtol must be a number in [0, 1), got nan",
+    ),
+    "random_sign_flip of NaN vectors": (
+        lambda: pl.random_sign_flip(torch.tensor([[[1.0], [math.nan]]])),
+        ValueError,
+        "vectors must be finite",
+    ),
+    "llama4_attn_scale at a negative position": (
+        lambda: pl.llama4_attn_scale(torch.tensor([3, -5]), floor_scale=4),
+        ValueError,
+        "pos must be >= 0, got a minimum of -5",
+    ),
+    "a float32 layer on a float64 x": (
+        lambda: pl.MultiHeadAttention(16, 2)(
+            torch.randn(1, 5, 16, dtype=torch.float64)
+        ),
+        TypeError,
+        "x is torch.float64 but this MultiHeadAttention holds torch.float32",
+    ),
+    "a layer input x of another dtype than q": (
+        lambda: pl.attention(
+            *(_q(h=2),) * 3,
+            _make("fox", 16, 2),
+            causal=True,
+            x=torch.randn(1, 5, 16, dtype=torch.float64),
+        ),
+        TypeError,
+        "x must have q's dtype torch.float32",
+    ),  # fmt: skip
+    # non-finite data reaching an encoding (issue 33)
+    "FoX with NaN in its layer input x": (
+        lambda: pl.attention(
+            *(_q(h=2),) * 3,
+            _make("fox", 16, 2),
+            causal=True,
+            x=_with(torch.randn(1, 5, 16), math.nan),
+        ),
+        ValueError,
+        "x holds NaN or infinite values",
+    ),  # fmt: skip
+    "FoX with inf in its layer input x": (
+        lambda: pl.attention(
+            *(_q(h=2),) * 3,
+            _make("fox", 16, 2),
+            causal=True,
+            x=_with(torch.randn(1, 5, 16), math.inf),
+        ),
+        ValueError,
+        "x holds NaN or infinite values",
+    ),  # fmt: skip
+    "FoX's gates of a NaN layer input": (
+        lambda: _make("fox", 16, 2).log_forget_gates(
+            _with(torch.randn(1, 5, 16), math.nan)
+        ),
+        ValueError,
+        "x holds NaN or infinite values",
+    ),
+    "LaplacianPE with NaN eigenvectors": (
+        lambda: _laplacian_model_with(math.nan),
+        ValueError,
+        "inputs['eigvecs'] must be finite",
+    ),
+    "LaplacianPE with inf eigenvectors": (
+        lambda: _laplacian_model_with(-math.inf),
+        ValueError,
+        "inputs['eigvecs'] must be finite",
+    ),
 }
 
 
@@ -292,12 +529,88 @@ def test_negative_positions_are_valid_rotations():
     torch.testing.assert_close(s(-5, -2), s(3, 6))
 
 
-@pytest.mark.parametrize("name", ["alibi", "t5"])
+@pytest.mark.parametrize("name", ["alibi", "t5", "graphormer", "distance_rbf"])
 def test_one_call_gets_one_answer_on_every_path(name):
-    """A 4-head table called with 1 head: the same refusal from the reference, the
-    fused kernel and FlexAttention (not 4 heads, an error and head 0 only)."""
-    q = torch.randn(1, 1, 5, 8)
+    """A 4-head table called with 1 or 2 heads: the same refusal from the reference,
+    the fused kernel and FlexAttention (not 4 heads, an error and head 0 only; for
+    Graphormer and the distance bias: 4 heads on the slow path, head 0 on flex)."""
     pe = _make(name)
-    for path in ("slow", "fast", "flex"):
+    inputs = pe.example_inputs(1, 5) or None
+    for h, path in itertools.product((1, 2), ("slow", "fast", "flex")):
+        q = torch.randn(1, h, 5, 8)
         with torch.no_grad(), pytest.raises(ValueError, match="built for n_heads=4"):
-            pl.attention(q, q, q, pe, path=path)
+            pl.attention(q, q, q, pe, path=path, inputs=inputs)
+
+
+def _pos_callers():
+    """The model and the layer take one ``pos``; each way of calling them."""
+    torch.manual_seed(0)
+    model = pl.TinyTransformer(8, 16, 2, 1, pe="rope")
+    mha = pl.MultiHeadAttention(16, 2, "rope")
+    coords = pl.TinyTransformer(8, 16, 2, 1, pe="rope_2d")
+    tokens, x = torch.zeros(2, 5).long(), torch.randn(2, 5, 16)
+    return {
+        "model": lambda pos: model(tokens, pos),
+        "model, bidirectional": lambda pos: model(tokens, pos, causal=False),
+        "layer": lambda pos: mha(x, pos),
+        "layer with a cache": lambda pos: mha(x, pos, causal=True, cache=pl.KVCache()),
+        "model with a cache": lambda pos: model(tokens, pos, cache=model.new_cache()),
+        "coordinates model": lambda pos: coords(tokens, pos),
+    }
+
+
+BAD_POS = {
+    "negative": (torch.tensor([[-1, 0, 1, 2, 3]]), ValueError),
+    "too short": (torch.arange(4), ValueError),
+    "float": (torch.arange(5.0), TypeError),
+    "batch of 3": (torch.zeros(3, 5).long(), ValueError),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_POS))
+@pytest.mark.parametrize("caller", sorted(_pos_callers()))
+def test_a_caller_who_passed_pos_is_told_about_pos(caller, bad):
+    """The model and the layer take ``pos``: their errors name ``pos``, not the
+    ``q_pos``/``k_pos`` of the attention function they call."""
+    pos, error = BAD_POS[bad]
+    if caller == "coordinates model":
+        pos = None if bad == "negative" else pos  # coordinates: pos is required
+    with pytest.raises((error, ValueError)) as info:
+        _pos_callers()[caller](pos)
+    message = str(info.value)
+    assert "pos" in message and "q_pos" not in message and "k_pos" not in message, (
+        f"{caller}, {bad}: {message}"
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", sorted(pl.REGISTRY))
+def test_an_input_of_another_dtype_than_the_encoding_is_computed_or_named(name, dtype):
+    """A float32 encoding called on float64 or bfloat16 q, k, v, x (attention on
+    every path it allows, and its input term): the answer in the input's dtype when
+    the encoding holds no parameters of another dtype, else a TypeError naming the
+    dtype it holds; never torch's "mat1 and mat2 must have the same dtype" from inside
+    a hook (21 places before)."""
+    pe = _make(name, 32, 4)
+    g = torch.Generator().manual_seed(0)
+    pos = pe.example_positions(2, 6, generator=g)
+    inputs = pe.example_inputs(2, 6, generator=g) or None
+    q = torch.randn(2, 4, 6, 8, generator=g).to(dtype)
+    x = torch.randn(2, 6, 32, generator=g).to(dtype)
+    held = {p.dtype for p in pe.parameters()} - {dtype}
+    ctx = pl.Context(x=x, causal=True, inputs=inputs)
+    calls = {"encode_input": lambda: pe.call_hook("encode_input", x, pos, ctx=ctx)}
+    for path in ("slow",) if pe.needs_score_path else ("slow", "fast"):
+        calls[path] = lambda path=path: pl.attention(
+            q, q, q, pe, pos, pos, causal=True, inputs=inputs, x=x, path=path
+        )
+    for what, call in calls.items():
+        try:
+            with torch.no_grad():
+                out = call()
+        except TypeError as error:
+            message = str(error)
+            named = any(f"holds {d}" in message for d in held) or "dtype" in message
+            assert held and named, f"{name}, {what}: {message}"
+            continue
+        assert out.dtype == dtype, f"{name}, {what}: came back in {out.dtype}"

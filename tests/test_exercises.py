@@ -12,11 +12,14 @@ solutions pasted back.)
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
+import math
 import pathlib
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -149,3 +152,109 @@ def test_the_committed_exercise_numbers_are_what_the_tool_generates():
     assert result.returncode == 0, result.stdout + result.stderr
     numbers = json.loads((ROOT / "posenc_lib/data/exercise_numbers.json").read_text())
     assert len(numbers) == len(set(numbers.values())) >= 100
+
+
+# ---- answers that are NaN, and answers that change their inputs (issue 33) ----------
+def _solution(label: str):
+    """The chapter's solution to ``label`` when its code runs on its own (with the
+    usual imports), else None (it reads names the chapter defined before it)."""
+    from tools.build.student_edition import solution_code
+
+    check = CHECKS[label]
+    nb = json.loads((ROOT / "book" / f"{check.chapter}.ipynb").read_text())
+    name = next(
+        m[2]
+        for c in nb["cells"]
+        if (m := CHECK_CALL.search("".join(c["source"]))) and m[1] == label
+    )
+    head = "import math\nimport numpy as np\nimport torch\nimport posenc_lib as pl\n"
+    namespace: dict = {}
+    registry, sized = dict(pl.REGISTRY), set(pl.registry.NEEDS_MAX_LEN)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(head + solution_code(nb).get(label, ""), namespace)
+    except Exception:
+        return None
+    finally:  # a solution may register an encoding: the other tests must not see it
+        pl.REGISTRY.clear()
+        pl.REGISTRY.update(registry)
+        pl.registry.NEEDS_MAX_LEN.clear()
+        pl.registry.NEEDS_MAX_LEN.update(sized)
+    return namespace.get(name)
+
+
+@functools.cache
+def solutions() -> dict:
+    """label -> the chapter's solution where it runs on its own (else None)."""
+    return {label: _solution(label) for label in CHECKS}
+
+
+def _nan_filled(value, count: list, as_numpy: bool):
+    """``value`` with every floating-point tensor, array and float NaN (counted in
+    ``count[0]``); tensors as NumPy arrays when ``as_numpy``."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        count[0] += 1
+        nan = torch.full_like(value.detach(), float("nan"))
+        return nan.numpy() if as_numpy else nan
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        count[0] += 1
+        return np.full(value.shape, np.nan)
+    if isinstance(value, float):
+        count[0] += 1
+        return math.nan
+    if isinstance(value, (tuple, list)):
+        return type(value)(_nan_filled(v, count, as_numpy) for v in value)
+    if isinstance(value, dict):
+        return {k: _nan_filled(v, count, as_numpy) for k, v in value.items()}
+    return value
+
+
+def _nan_answer(answer, count: list, as_numpy: bool):
+    if callable(answer) and not isinstance(answer, (type, torch.nn.Module)):
+        return lambda *a, **kw: _nan_filled(answer(*a, **kw), count, as_numpy)
+    return _nan_filled(answer, count, as_numpy)
+
+
+def test_an_answer_filled_with_nan_is_never_right():
+    """For every check, the chapter's solution (where it runs on its own) and every
+    planted answer, with each float they return NaN-filled (as they return it, and
+    as a NumPy array): the verdict is "not yet". (``ex-path-flip`` said "right" to a
+    NumPy array of NaN: its reference is -inf above the diagonal.)"""
+    right, tried = [], 0
+    for label in sorted(CHECKS):
+        answers = [solutions()[label]] + [a for a, _ in CHECKS[label].planted]
+        for answer in (a for a in answers if a is not None):
+            for as_numpy in (False, True):
+                count = [0]
+                result = verify(label, _nan_answer(answer, count, as_numpy))
+                tried += count[0] > 0
+                if count[0] and result.passed:
+                    right.append((label, "numpy" if as_numpy else "as returned"))
+    assert not right, f"NaN-filled answers judged right: {sorted(set(right))}"
+    assert tried > 100, tried
+
+
+def test_a_right_answer_that_changes_its_inputs_is_still_right():
+    """A solution that, after computing its answer, reshapes its tensor inputs in
+    place (``pos.unsqueeze_(-1)``) is still right: the check hands it copies."""
+    wrong, tried = [], 0
+    for label, solution in sorted(solutions().items()):
+        if not callable(solution) or isinstance(solution, (type, torch.nn.Module)):
+            continue
+        if not verify(label, solution).passed:
+            continue
+
+        def changing(*args, _solution=solution, **kwargs):
+            copies = (a.clone() if torch.is_tensor(a) else a for a in args)
+            out = _solution(*copies, **kwargs)
+            for a in args:
+                if torch.is_tensor(a) and not a.requires_grad:
+                    a.unsqueeze_(-1)
+            return out
+
+        tried += 1
+        result = verify(label, changing)
+        if not result.passed:
+            wrong.append((label, result.message))
+    assert not wrong, wrong
+    assert tried > 20, tried

@@ -233,6 +233,15 @@ BAD = [
     (dict(active=2), ValueError, "active must be an index"),
     (dict(active=True), TypeError, "active must be an int"),
     (dict(title=3), TypeError, "title"),
+    # tensors and strings where numbers and booleans are needed (issue 33)
+    (dict(values=torch.tensor([1, 2])), TypeError, "values must be numbers or str"),
+    (dict(values=[torch.tensor(1), 2]), TypeError, "values must be numbers or str"),
+    (dict(values="12"), TypeError, "values must be a list"),
+    (dict(active=torch.tensor(1)), TypeError, "active must be an int"),
+    (dict(fix_ranges="False"), TypeError, "fix_ranges must be a bool"),
+    (dict(fix_ranges=torch.tensor(False)), TypeError, "fix_ranges must be a bool"),
+    (dict(fmt="{:g}"), TypeError, "fmt must be a function"),
+    (dict(layout="xaxis_title"), TypeError, "layout must be a dict"),
 ]
 
 

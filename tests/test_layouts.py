@@ -200,3 +200,15 @@ def test_decoding_helpers_refuse_bad_input():
     model = pl.TinyTransformer(5, 16, 2, 1, pe=pl.Rotary(8))
     with pytest.raises(ValueError, match="attention_mask must be"):
         pl.forward_with_cache(model, tok, torch.zeros(1, 2), torch.ones(1, 3))
+
+
+@pytest.mark.parametrize("shape, n_heads", [((6, 4), 3), ((8, 4), 2), ((6,), 3)])
+def test_the_permutations_return_a_new_tensor(shape, n_heads):
+    """Both return a new tensor, as documented: with d_head = 2 the permutation is
+    the identity, and the result was a view of W (writing it changed W)."""
+    W = torch.randn(*shape)
+    for permute in (pl.interleaved_to_half, pl.half_to_interleaved):
+        before = W.clone()
+        out = permute(W, n_heads)
+        out.zero_()
+        torch.testing.assert_close(W, before)

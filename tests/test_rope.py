@@ -352,7 +352,7 @@ def test_bad_arguments_are_clear_errors():
         pl.rope_inv_freq(8, scaling="yarn", factor=2.0)
     with pytest.raises(TypeError, match="does not take"):
         pl.rope_inv_freq(8, scaling="linear", factor=2.0, beta_fast=3)
-    with pytest.raises(ValueError, match="factor must be a number >= 1"):
+    with pytest.raises(ValueError, match="factor must be a finite number >= 1"):
         pl.rope_inv_freq(8, scaling="linear", factor=0.5)
     with pytest.raises(ValueError, match="base must be a finite number > 1"):
         pl.rope_inv_freq(8, base=1.0)

@@ -54,6 +54,20 @@ def test_sink_softmax_gives_a_fully_masked_row_to_the_sink():
     assert torch.isfinite(w).all() and (w[:, :, 0] == 0).all()
 
 
+def test_sink_softmax_with_no_sink_gives_a_fully_masked_row_zeros():
+    """A sink of -inf is no sink at all; a row with every key hidden then has no
+    logit left, and still gets zeros, as the docstring says (was NaN)."""
+    scores = torch.randn(1, 2, 3, 4)
+    mask = torch.ones(3, 4, dtype=torch.bool)
+    mask[1] = False  # query 1 sees no key
+    sinks = torch.tensor([float("-inf"), 0.5])
+    w = pl.sink_softmax(scores, sinks, mask)
+    assert torch.isfinite(w).all()
+    assert (w[:, :, 1] == 0).all()  # both heads: no key, zeros
+    # the other rows of the -inf head are a plain softmax over the visible keys
+    torch.testing.assert_close(w[0, 0, [0, 2]], scores[0, 0, [0, 2]].softmax(-1))
+
+
 def test_learned_sink_lets_a_head_attend_to_nothing():
     pe = pl.LearnedSink(2).double()
     with torch.no_grad():

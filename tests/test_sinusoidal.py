@@ -99,7 +99,7 @@ def test_odd_d_model_is_a_clear_error(d_model):
 def test_bad_sizes_are_clear_errors():
     with pytest.raises(ValueError, match="n_positions must be > 0"):
         pl.sinusoidal_table(0, 8)
-    with pytest.raises(ValueError, match="base must be > 1"):
+    with pytest.raises(ValueError, match="base must be a finite number > 1"):
         pl.sinusoidal_table(4, 8, base=1.0)
     with pytest.raises(ValueError, match="built for d_model=8"):
         pl.Sinusoidal(8).encode_input(torch.randn(1, 3, 6), torch.arange(3)[None])
@@ -179,7 +179,7 @@ def test_shift_matrix_bad_input_is_a_clear_error():
         pl.shift_matrix(1, 7)
     with pytest.raises(ValueError, match="d_model must be > 0"):
         pl.shift_matrix(1, 0)
-    with pytest.raises(ValueError, match="base must be > 1"):
+    with pytest.raises(ValueError, match="base must be a finite number > 1"):
         pl.shift_matrix(1, 8, base=0.5)
     with pytest.raises(TypeError, match="k must be a number"):
         pl.shift_matrix("3", 8)

@@ -90,6 +90,27 @@ def test_shift_path_gather_path_and_direct_agree():
         )
 
 
+def test_rows_that_start_at_different_positions_are_each_right():
+    """Left-padded prompts: each row a run of its own (3 .. 8 and 0 .. 5, queries
+    the whole row or its last 2). The batch's attention equals the one of each row
+    alone (the offset range was taken over the whole batch: 0.33 off)."""
+    pe = make()
+    q, k, v = torch.randn(3, 2, 2, 6, 4, dtype=torch.float64)
+    pos = torch.stack([torch.arange(3, 9), torch.arange(6)])
+    for q_pos, n_q in [(pos, 6), (pos[:, 4:], 2)]:
+        qq = q[:, :, -n_q:]
+        with torch.no_grad():
+            batch = pl.attention(qq, k, v, pe, q_pos, pos)
+            rows = torch.cat(
+                [
+                    pl.attention(qq[r : r + 1], k[r : r + 1], v[r : r + 1], pe,
+                                 q_pos[r : r + 1], pos[r : r + 1])
+                    for r in range(2)
+                ]
+            )  # fmt: skip
+        assert_close(batch, rows)
+
+
 def test_terms_b_c_d_by_hand():
     """bias_ij = (q_i . W_R R_{i-j} + u . k_j + v . W_R R_{i-j}) / sqrt(d), one pair
     at a time."""

@@ -77,6 +77,39 @@ def test_videorope_is_rope_on_text_and_relative():
     assert_close(a @ b.mT, a2 @ b2.mT)
 
 
+@pytest.mark.parametrize("first", [("video", (2, 3, 3)), ("image", (4, 5))])
+def test_videorope_a_sequence_that_starts_with_a_visual_segment(first):
+    """The authors' layout puts h = t + eta - (H'-1)//2 below 0 when the sequence
+    starts with a video or an image (their RoPE rotates by negative angles); the
+    library's positions are >= 0, so the ids are shifted by one constant on every
+    axis: every offset, hence every score, is the authors'. Attention with
+    VideoRotary then runs (it refused h, w = -1)."""
+    segments = [first, ("text", 2)]
+    ids = pl.videorope_position_ids(segments)
+    assert int(ids.min()) == 0
+    # the authors' ids: with nothing before it, the segment starts at s = 0
+    grid = first[1] if first[0] == "video" else (1, *first[1])
+    tau, eta, omega = torch.meshgrid(*(torch.arange(s) for s in grid), indexing="ij")
+    t = 2 * tau  # temporal_spacing 2
+    hh, ww = grid[1:]
+    visual = torch.stack([t, t + eta - (hh - 1) // 2, t + omega - (ww - 1) // 2], -1)
+    text = int(t.max()) + 1 + torch.arange(2)[:, None].expand(2, 3)
+    authors = torch.cat([visual.reshape(-1, 3), text])
+    assert (ids - authors).unique(dim=0).shape[0] == 1  # one shift for every id
+    assert (ids - authors)[0].unique().numel() == 1  # the same on every axis
+    pe = pl.VideoRotary(16)
+    g = torch.Generator().manual_seed(0)
+    n = len(ids)
+    q, k, v = (
+        torch.randn(1, 2, n, 16, generator=g, dtype=torch.float64) for _ in "qkv"
+    )
+    a, b = pe.transform_qk(q, k, ids[None], ids[None])
+    a2, b2 = pe.transform_qk(q, k, authors[None], authors[None])
+    assert_close(a @ b.mT, a2 @ b2.mT)  # the authors' scores
+    out = pl.attention(q, k, v, pe, ids, ids, causal=True)
+    assert torch.isfinite(out).all()
+
+
 def test_videorope_temporal_spacing_and_float_ids():
     ids = pl.videorope_position_ids([("video", (3, 1, 1)), ("text", 1)], 1, 1.5)
     assert ids.dtype == torch.float64 and ids[:, 0].tolist() == [0, 1.5, 3, 4]

@@ -41,10 +41,11 @@ import hashlib
 import html
 import json
 import math
+from numbers import Number
 import pathlib
 import shutil
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -169,10 +170,24 @@ def slider_figure(
     follows the control. ``fix_ranges``: axes (and heatmap colour scales) span every
     position's data, so that moving the control moves the curves, not the axes.
     ``active``: the index of the position drawn first (and printed).
+    ``values`` are numbers or strings (their labels are ``fmt(v)``); a tensor is
+    refused (its labels would read "tensor(1.)"): pass ``t.tolist()``.
     """
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(
+            f"values must be a list of control positions, got {type(values).__name__}"
+            f" ({values!r:.40})"
+        )
     values = list(values)
     if not values:
         raise ValueError("values must hold at least one control position, got none")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (Number, str)):
+            hint = ": pass values.tolist()" if hasattr(v, "detach") else ""
+            raise TypeError(
+                "values must be numbers or strings (the control's positions), got "
+                f"{type(v).__name__} ({v!r:.40}){hint}"
+            )
     if control not in CONTROLS:
         raise ValueError(f"control must be one of {CONTROLS}, got {control!r}")
     if not isinstance(label, str) or not label:
@@ -186,6 +201,14 @@ def slider_figure(
         )
     if title is not None and not (isinstance(title, str) or callable(title)):
         raise TypeError(f"title must be a string or a function, got {title!r}")
+    if not isinstance(fix_ranges, bool):  # "False" and tensor(False) are truthy
+        raise TypeError(f"fix_ranges must be a bool, got {fix_ranges!r}")
+    if not callable(fmt):
+        raise TypeError(f"fmt must be a function (value -> label), got {fmt!r}")
+    if layout is not None and not isinstance(layout, dict):
+        raise TypeError(
+            f"layout must be a dict of plotly layout properties, got {layout!r}"
+        )
     states = _states(values, traces)
     titles = [
         title(v) if callable(title) else title for v in values

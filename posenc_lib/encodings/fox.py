@@ -30,7 +30,7 @@ from torch import nn
 
 from ..base import Context, PositionalEncoding, ScoreMod
 from ..registry import register
-from ..utils import check_heads, check_positive_int
+from ..utils import check_heads, check_positive_int, compiling
 
 __all__ = ["ForgettingAttention", "forgetting_bias"]
 
@@ -165,7 +165,23 @@ class ForgettingAttention(PositionalEncoding):
         nn.init.zeros_(self.gate.bias)  # f_t = sigmoid(0) = 1/2 before training
 
     def log_forget_gates(self, x: torch.Tensor) -> torch.Tensor:
-        """Layer input ``(b, n, D)`` -> log forget gates ``(b, h, n)``."""
+        """Layer input ``(b, n, D)`` -> log forget gates ``(b, h, n)``. ``x`` must be
+        finite: a NaN gate would make every later score NaN."""
+        self._check_x(x)
+        if not compiling() and not torch.isfinite(x).all():
+            raise ValueError(
+                "x holds NaN or infinite values; FoX's forget gates are defined for a "
+                "finite layer input"
+            )
+        return self._log_gates(x)
+
+    def _log_gates(self, x: torch.Tensor) -> torch.Tensor:
+        """``log_forget_gates`` of an ``x`` already checked (``pl.attention`` checks
+        it once with q, k, v: no host sync per layer)."""
+        # log f_t = log sigmoid(w_h . x_t + b_h), stable for any logit (never -inf)
+        return F.logsigmoid(self.gate(x)).transpose(1, 2)  # (b, h, n)
+
+    def _check_x(self, x) -> None:
         if not isinstance(x, torch.Tensor) or not x.is_floating_point():
             raise TypeError(
                 "x must be a floating-point tensor (b, n, D), got "
@@ -176,8 +192,6 @@ class ForgettingAttention(PositionalEncoding):
                 f"x must have shape (b, n, {self.d_model}) for this "
                 f"ForgettingAttention with d_model={self.d_model}, got {tuple(x.shape)}"
             )
-        # log f_t = log sigmoid(w_h . x_t + b_h), stable for any logit (never -inf)
-        return F.logsigmoid(self.gate(x)).transpose(1, 2)  # (b, h, n)
 
     def _gates_of_call(self, q: torch.Tensor, k: torch.Tensor, ctx: Context):
         """The log gates ``(b, h, j)`` of every key, from the keys' layer inputs
@@ -193,7 +207,10 @@ class ForgettingAttention(PositionalEncoding):
                 f"through MultiHeadAttention with a KVCache; got {q.shape[2]} queries, "
                 f"{k.shape[2]} keys and x of {x.shape[1]} tokens"
             )
-        return self.log_forget_gates(x)  # (b, h, j)
+        if ctx.positions is None:  # a hook called on its own: x was not checked
+            return self.log_forget_gates(x)  # (b, h, j)
+        self._check_x(x)
+        return self._log_gates(x)  # (b, h, j)
 
     def score_bias(
         self,

@@ -34,7 +34,7 @@ from torch import nn
 
 from ..base import Context, PositionalEncoding
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_heads, check_positive_int, compiling
 from .graph_algorithms import (
     UNREACHABLE,
     laplacian_eigenvectors,
@@ -114,6 +114,7 @@ class SpatialBias(PositionalEncoding):
         return self.spatial_index(checked)  # (b, i, j)
 
     def score_bias(self, q, k, q_pos, k_pos, ctx: Context) -> torch.Tensor:
+        check_heads(q, self, self.n_heads)
         b, _, i, _ = q.shape
         rows = self.rows(ctx.inputs["spd"], b, i, k.shape[2])  # (b, i, j)
         # b_h(spd_ij): one learned scalar per head and (clipped) distance
@@ -122,6 +123,7 @@ class SpatialBias(PositionalEncoding):
 
     def score_mod(self, q_pos, k_pos, ctx: Context):
         """FlexAttention form: ``score + b_h(spd_ij)``, one table read per pair."""
+        check_heads(ctx.need("q", type(self).__name__), self, self.n_heads)
         b, i = q_pos.shape[:2]
         rows = self.rows(ctx.inputs["spd"], b, i, k_pos.shape[1])  # (b, i, j)
         table = self.spatial.weight  # (max_dist + 2, h)
@@ -223,6 +225,11 @@ class LaplacianPE(PositionalEncoding):
             raise ValueError(
                 f"inputs['eigvecs'] must have shape {(*x.shape[:2], self.k)} "
                 f"(k = {self.k}), got {tuple(u.shape)}"
+            )
+        if not compiling() and not torch.isfinite(u).all():
+            raise ValueError(
+                "inputs['eigvecs'] must be finite (no NaN or inf): a NaN eigenvector "
+                "entry would make every output NaN"
             )
         # x_i + W u_i + c
         return x + self.proj(u.to(x.dtype))

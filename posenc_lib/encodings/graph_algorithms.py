@@ -120,6 +120,14 @@ def canonical_sign(vectors: torch.Tensor, rtol: float = 1e-6) -> torch.Tensor:
         )
     if vectors.dim() < 2:
         raise ValueError(f"vectors must be (..., n, k), got {tuple(vectors.shape)}")
+    if not torch.isfinite(vectors).all():
+        raise ValueError("vectors must be finite (no NaN or inf)")
+    if (
+        isinstance(rtol, bool)
+        or not isinstance(rtol, (int, float))
+        or not 0 <= rtol < 1
+    ):
+        raise ValueError(f"rtol must be a number in [0, 1), got {rtol!r}")
     mag = vectors.abs()  # (..., n, k)
     top = mag.amax(-2, keepdim=True)  # (..., 1, k)
     near = mag >= top * (1 - rtol)  # candidates for "largest", (..., n, k)
@@ -146,6 +154,8 @@ def random_sign_flip(
         )
     if vectors.dim() != 3:
         raise ValueError(f"vectors must be (b, n, k), got {tuple(vectors.shape)}")
+    if not torch.isfinite(vectors).all():
+        raise ValueError("vectors must be finite (no NaN or inf)")
     b, _, k = vectors.shape
     coins = torch.randint(0, 2, (b, 1, k), generator=generator)  # (b, 1, k)
     return vectors * (2 * coins - 1).to(vectors)

@@ -47,9 +47,9 @@ def _check_factor(factor: float, name: str = "factor") -> float:
     if (
         isinstance(factor, bool)
         or not isinstance(factor, (int, float))
-        or not factor >= 1
+        or not 1 <= factor < math.inf  # inf: every frequency 0 or NaN
     ):
-        raise ValueError(f"{name} must be a number >= 1, got {factor!r}")
+        raise ValueError(f"{name} must be a finite number >= 1, got {factor!r}")
     return float(factor)
 
 

@@ -36,7 +36,7 @@ import torch
 
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_bool_mask, check_integer, check_positive_int
+from ..utils import check_bool_mask, check_integer, check_positive_int, compiling
 from .rope import Rotary
 
 __all__ = [
@@ -64,7 +64,8 @@ def llama4_attn_scale(
 
     ``s(p) = 1 + attn_scale * log1p(floor((p + 1) / floor_scale))``: exactly 1 for
     ``p < floor_scale - 1``, then a step up at every multiple of ``floor_scale``.
-    Errors: ``TypeError`` unless ``pos`` holds integers; ``ValueError`` for
+    Errors: ``TypeError`` unless ``pos`` holds integers; ``ValueError`` for a
+    negative position (the log's argument would reach 0 or below: -inf or NaN),
     ``floor_scale`` not a positive int or ``attn_scale`` not a finite number >= 0.
     """
     pos = _check_positions(pos, "pos")
@@ -75,6 +76,14 @@ def llama4_attn_scale(
         or not 0 <= attn_scale < float("inf")
     ):
         raise ValueError(f"attn_scale must be a finite number >= 0, got {attn_scale!r}")
+    if pos.numel() and not compiling() and int(pos.min()) < 0:
+        raise ValueError(f"pos must be >= 0, got a minimum of {int(pos.min())}")
+    return _attn_scale(pos, floor_scale, attn_scale)
+
+
+def _attn_scale(pos: torch.Tensor, floor_scale: int, attn_scale: float):
+    """``llama4_attn_scale`` without its checks, for positions checked at the call's
+    boundary (``TemperedNoPE`` calls it in every layer: no host sync there)."""
     # s(p) = 1 + attn_scale * log(1 + floor((p + 1) / floor_scale))
     steps = torch.div(pos + 1, floor_scale, rounding_mode="floor")
     return 1.0 + attn_scale * torch.log1p(steps.to(torch.get_default_dtype()))
@@ -118,8 +127,9 @@ def sink_softmax(
 
     ``mask`` (bool, True = may attend), broadcastable to ``scores``: hidden keys get
     weight 0; a row with every key hidden gives all its weight to the sink (zeros,
-    not NaN). Errors: ``TypeError`` for non-floating scores or sinks or a non-bool
-    mask; ``ValueError`` for shapes that do not match (sinks ``(h,)`` for the h heads).
+    not NaN), and a row with no sink either (``s_h = -inf``) gets zeros too.
+    Errors: ``TypeError`` for non-floating scores or sinks or a non-bool mask;
+    ``ValueError`` for shapes that do not match (sinks ``(h,)`` for the h heads).
     """
     for name, t in (("scores", scores), ("sinks", sinks)):
         if not isinstance(t, torch.Tensor) or not t.is_floating_point():
@@ -143,7 +153,10 @@ def sink_softmax(
     column = sinks.to(scores.dtype)[None, :, None, None].expand(b, h, i, 1)
     # w_ij = exp(z_ij) / (exp(s_h) + sum_l exp(z_il)): one more column, then dropped
     logits = torch.cat([scores, column], dim=-1)  # (b, h, i, j + 1)
-    return logits.softmax(dim=-1)[..., :-1]  # (b, h, i, j)
+    weights = logits.softmax(dim=-1)[..., :-1]  # (b, h, i, j)
+    # a row with no logit left (every key hidden, sink -inf): zeros, not 0/0 = NaN
+    empty = (logits == float("-inf")).all(dim=-1, keepdim=True)  # (b, h, i, 1)
+    return weights.masked_fill(empty, 0.0)
 
 
 class ChunkedRotary(Rotary):
@@ -211,7 +224,7 @@ class TemperedNoPE(PositionalEncoding):
 
     def transform_qk(self, q, k, q_pos, k_pos):
         """q ``(b, h, i, d)`` times ``s(q_pos)`` ``(b|1, 1, i, 1)``; k unchanged."""
-        scale = llama4_attn_scale(q_pos, self.floor_scale, self.attn_scale)  # (b, i)
+        scale = _attn_scale(q_pos, self.floor_scale, self.attn_scale)  # (b, i)
         return q * scale.to(q.dtype)[:, None, :, None], k
 
     def extra_repr(self) -> str:

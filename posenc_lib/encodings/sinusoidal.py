@@ -32,6 +32,18 @@ def _check_d_model(d_model: int) -> int:
     return d_model
 
 
+def _check_base(base: float) -> float:
+    """``base`` as a float, or a ``ValueError`` unless it is a finite number > 1
+    (infinite: every frequency but the first is 0; NaN: every entry NaN)."""
+    if (
+        isinstance(base, bool)
+        or not isinstance(base, numbers.Real)
+        or not (1 < base < float("inf"))
+    ):
+        raise ValueError(f"base must be a finite number > 1, got {base!r}")
+    return float(base)
+
+
 def sinusoidal_encoding(
     pos: torch.Tensor,
     d_model: int,
@@ -41,9 +53,10 @@ def sinusoidal_encoding(
     """``(...)`` integer (or real) positions -> ``(..., d_model)`` encodings, computed
     in float64."""
     _check_d_model(d_model)
-    if not base > 1:
-        raise ValueError(f"base must be > 1, got {base}")
+    base = _check_base(base)
     pos = torch.as_tensor(pos)
+    if pos.is_floating_point() and not torch.isfinite(pos).all():
+        raise ValueError("pos must be finite (no NaN or inf)")
     # omega_k = base^(-2k/D),  k = 0 .. D/2-1
     inv_freq = base ** (
         -torch.arange(0, d_model, 2, dtype=torch.float64, device=pos.device) / d_model
@@ -81,8 +94,7 @@ def shift_matrix(
         )
     if not abs(float(k)) < float("inf"):
         raise ValueError(f"k must be finite, got {k}")
-    if not base > 1:
-        raise ValueError(f"base must be > 1, got {base}")
+    base = _check_base(base)
     # w_j = base^(-2j/D),  j = 0 .. D/2-1
     inv_freq = base ** (
         -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
@@ -110,7 +122,7 @@ class Sinusoidal(PositionalEncoding):
     def __init__(self, d_model: int, base: float = 10000.0):
         super().__init__()
         self.d_model = _check_d_model(d_model)
-        self.base = float(base)
+        self.base = _check_base(base)
 
     def encode_input(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         if not x.is_floating_point():

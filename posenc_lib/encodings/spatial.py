@@ -36,7 +36,7 @@ from torch import nn
 
 from ..base import Context, PositionalEncoding
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_heads, check_positive_int
 
 __all__ = [
     "pairwise_distances",
@@ -89,6 +89,12 @@ def rbf_expand(
     dist = _check_float(dist, "dist", "(...)", min_dim=0)
     if not isinstance(centers, torch.Tensor) or centers.dim() != 1:
         raise ValueError("centers must be a 1-D tensor (K,)")
+    _check_float(centers, "centers", "(K,)")
+    if isinstance(gamma, torch.Tensor):
+        if not bool((torch.isfinite(gamma) & (gamma > 0)).all()):
+            raise ValueError(f"gamma must be a finite number > 0, got {gamma}")
+    else:
+        gamma = _check_positive_float(gamma, "gamma")
     # e_k(d) = exp(-gamma (d - mu_k)^2)
     return torch.exp(-gamma * (dist[..., None] - centers.to(dist)) ** 2)  # (..., K)
 
@@ -126,8 +132,18 @@ def great_circle_angle(
 ) -> torch.Tensor:
     """Central angle (radians) between two points given in degrees, by the haversine
     formula ``hav(theta) = hav(dphi) + cos phi1 cos phi2 hav(dlambda)``,
-    ``hav(x) = sin^2(x / 2)``. Multiply by the radius for a distance."""
-    p1, l1, p2, l2 = (torch.deg2rad(t) for t in (lat1, lon1, lat2, lon2))
+    ``hav(x) = sin^2(x / 2)``. Multiply by the radius for a distance. Latitudes must
+    lie in [-90, 90]; every argument must be a finite floating-point tensor."""
+    named = {"lat1": lat1, "lon1": lon1, "lat2": lat2, "lon2": lon2}
+    for name, t in named.items():
+        _check_float(t, name, "(...) in degrees", min_dim=0)
+    for name in ("lat1", "lat2"):
+        if (named[name].abs() > 90.0).any():
+            raise ValueError(
+                f"{name} must lie in [-90, 90] degrees, got "
+                f"{named[name].abs().max().item():g}"
+            )
+    p1, l1, p2, l2 = (torch.deg2rad(t) for t in named.values())
     # hav(theta) = hav(phi2 - phi1) + cos phi1 cos phi2 hav(lambda2 - lambda1)
     h = (
         torch.sin((p2 - p1) / 2) ** 2
@@ -162,6 +178,7 @@ def fourier_features(v: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
             f"B must have shape (m, {v.shape[-1]}) to match v's last axis, got "
             f"{tuple(getattr(B, 'shape', ()))}"
         )
+    _check_float(B, "B", f"(m, {v.shape[-1]})")
     # 2 pi B v, for every point
     proj = 2 * math.pi * torch.einsum("...c,mc->...m", v, B.to(v))  # (..., m)
     return torch.cat((proj.cos(), proj.sin()), dim=-1)  # (..., 2m)
@@ -214,6 +231,7 @@ class DistanceRBFBias(PositionalEncoding):
         self.proj = nn.Linear(self.n_rbf, self.n_heads)  # w_hk, c_h
 
     def score_bias(self, q, k, q_pos, k_pos, ctx: Context) -> torch.Tensor:
+        check_heads(q, self, self.n_heads)
         b, _, i, _ = q.shape
         j = k.shape[2]
         if i != j:
@@ -231,6 +249,7 @@ class DistanceRBFBias(PositionalEncoding):
         """FlexAttention form: ``score + bias_hij``. The K-term RBF map is computed
         as ``score_bias`` (in the parameters' dtype) once per call and read per
         pair, rather than K exponentials per pair inside the kernel."""
+        check_heads(ctx.need("q", type(self).__name__), self, self.n_heads)
         b, i = q_pos.shape[:2]
         w = self.proj.weight
         probe = w.new_empty(b, self.n_heads, i, 0)  # q's shape, for score_bias

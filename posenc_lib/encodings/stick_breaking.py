@@ -197,7 +197,8 @@ class StickBreaking(PositionalEncoding):
             raise ValueError(
                 "StickBreaking breaks the stick backwards from the query in token "
                 "order, so it needs key positions that increase along the sequence "
-                "(a causal mask in token order); got k_pos that do not"
+                "(a causal mask in token order); got key positions (k_pos, or the pos "
+                "of a model or layer) that do not"
             )
         q_pos, k_pos = q_pos[:, None, :, None], k_pos[:, None, None, :]  # (b,1,i,j)
         after = k_pos > q_pos if self.attend_current else k_pos >= q_pos

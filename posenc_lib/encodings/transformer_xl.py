@@ -121,8 +121,9 @@ class TransformerXL(PositionalEncoding):
             bd = torch.einsum("bhid,bijhd->bhij", qv, r)
         elif facts.run:
             # keys a run, queries the last of them: every row has the same offsets,
-            # from r_max = last query - first key down, L = n_q + n_k - 1
-            r_max = -facts.lo
+            # from r_max = last query - first key = n_k - 1 down, L = n_q + n_k - 1
+            # (whatever each row starts at: not -lo, which spans the whole batch)
+            r_max = n_k - 1
             r = self.projected_r(
                 torch.arange(r_max, r_max - (n_q + n_k - 1), -1, device=q.device),
                 q.dtype,

@@ -101,6 +101,12 @@ def videorope_position_ids(
     eta - (H'-1)//2``, ``w = t + omega - (W'-1)//2`` on the merged grid (H' = H/m); the
     next segment starts at one past the largest t. int64 when every id is an integer
     (``delta`` integral), float64 otherwise (the reference computes in float).
+
+    A sequence that starts with a video or an image has h, w below 0 there (``s =
+    0``, ``eta < (H'-1)//2``), which the authors' RoPE rotates by negative angles and
+    this library's positions (>= 0) refuse: every id is then shifted by the same
+    constant on all three axes, so that the smallest is 0. RoPE depends only on the
+    offsets, which the shift keeps, so every attention score is the authors'.
     """
     merge = check_positive_int(spatial_merge_size, "spatial_merge_size")
     delta = _check_number(temporal_spacing, "temporal_spacing")
@@ -125,6 +131,8 @@ def videorope_position_ids(
         out.append(ids)
         start = float(ids[:, 0].max()) + 1  # one past the largest t
     ids = torch.cat(out)  # (n, 3)
+    # a visual segment first: h, w < 0; one shift on every axis keeps every offset
+    ids = ids - min(float(ids.min()), 0.0)
     return ids.long() if torch.equal(ids, ids.round()) else ids
 
 

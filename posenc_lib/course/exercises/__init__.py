@@ -32,6 +32,7 @@ return a short sentence of what was checked::
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 import importlib.resources
@@ -197,11 +198,31 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
+def _copied(value: Any) -> Any:
+    """A copy of an argument handed to an answer: tensors cloned (still connected to
+    the graph, so a check may differentiate through them), arrays, containers and
+    modules copied; anything else (numbers, strings, functions) as it is."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_copied(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, torch.nn.Module):
+        return copy.deepcopy(value)
+    return value
+
+
 def call(fn: Any, *args: Any, desc: str, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)``, with a crash or a missing body turned into a verdict
-    that names the input (``desc``)."""
+    """``fn(*args, **kwargs)`` on copies of the arguments (an answer may change its
+    inputs in place, as ``pos.unsqueeze_(-1)`` does, without changing what the check
+    compares it with), with a crash or a missing body turned into a verdict that
+    names the input (``desc``)."""
     if not callable(fn):
         raise Wrong(f"expected a function, got {type(fn).__name__} ({fn!r:.60})")
+    args, kwargs = _copied(args), _copied(kwargs)
     try:
         out = fn(*args, **kwargs)
     except Exception as error:
@@ -241,15 +262,25 @@ def expect_close(
     atol: float = 1e-5,
     rtol: float = 1e-4,
 ) -> None:
-    """Compare shape and values; the verdict names the first entry that differs."""
+    """Compare shape and values; the verdict names the first entry that differs. A
+    NaN or an infinity in the answer is a mismatch unless the reference holds the same
+    infinity at the same place (a NaN never matches)."""
     g, w = _as_array(got, what, desc), _as_array(want, "the reference", desc)
     if g.shape != w.shape:
         raise Wrong(
             f"on {desc}, {what} has shape {tuple(g.shape)}, expected {tuple(w.shape)}"
         )
-    if not np.all(np.isfinite(g)) and np.all(np.isfinite(w)):
-        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(g))[0])
-        raise Wrong(f"on {desc}, {what} has a non-finite entry at {bad}")
+    finite = np.isfinite(g) & np.isfinite(w)
+    matched = finite | (np.isinf(w) & (g == w))  # the same infinity at the same place
+    if not matched.all():
+        idx = tuple(int(i) for i in np.argwhere(~matched)[0])
+        kind = "a non-finite entry" if not np.isfinite(g[idx]) else "an entry"
+        raise Wrong(
+            f"on {desc}, {what} has {kind} at {idx}: {g[idx]:.6g} where "
+            f"{w[idx]:.6g} was expected ({int((~matched).sum())} of {g.size} "
+            "entries are NaN or infinite where the reference is not, or the reverse)"
+        )
+    g, w = np.where(finite, g, 0.0), np.where(finite, w, 0.0)
     err = np.abs(g - w)
     bad_mask = err > atol + rtol * np.abs(w)
     if bad_mask.any():
