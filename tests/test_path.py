@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 import posenc_lib as pl
+from posenc_lib.encodings import path
 
 GOLDEN = json.loads(
     (pathlib.Path(__file__).parent / "golden" / "path_fla.json").read_text()
@@ -98,6 +99,90 @@ def test_encoding_equals_path_attention_with_its_own_w_and_beta():
         for path in ("slow", "fast"):
             out = pl.attention(q, k, v, pe, causal=True, x=x, path=path)
             assert_close(out, expected)
+
+
+# ---------------------------------------------------------------- the chunked form
+
+# (b, h, n, d, chunk): one chunk, n a multiple of the chunk, not one, n < chunk, n = 1
+SHAPES = [
+    (2, 3, 7, 4, 3),
+    (1, 2, 12, 8, 4),
+    (2, 1, 13, 5, 4),
+    (1, 1, 5, 4, 64),
+    (1, 2, 1, 3, 4),
+    (3, 2, 9, 6, 9),
+    (1, 1, 150, 8, 64),
+]
+
+
+def finite(s):
+    """Scores with the -inf above the diagonal set to 0, to differentiate a sum."""
+    return s.masked_fill(~torch.isfinite(s), 0.0)
+
+
+@pytest.mark.parametrize("b, h, n, d, chunk", SHAPES)
+def test_chunked_scores_equal_the_loop_over_diagonals(b, h, n, d, chunk):
+    q, k, _, w, beta = random_call(b, h, n, d, seed=n + chunk)
+    loop = path._diagonal_scores(q, k, w, beta)
+    assert_close(path._chunked_scores(q, k, w, beta, chunk), loop)
+    f32 = [t.float() for t in (q, k, w, beta)]
+    got = path._chunked_scores(*f32, chunk)
+    assert got.dtype == torch.float32
+    assert_close(got, path._diagonal_scores(*f32), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("beta_range", [(0.0, 0.0), (2.0, 2.0), (0.95, 1.05)])
+def test_chunked_scores_at_the_ends_of_the_beta_range(beta_range):
+    """beta = 0 (identity), 2 (reflections) and near 1 (near-projections)."""
+    q, k, _, w, beta = random_call(2, 2, 37, 6, seed=3, beta_range=beta_range)
+    loop = path._diagonal_scores(q, k, w, beta)
+    for chunk in (1, 8, 16, 64):
+        assert_close(path._chunked_scores(q, k, w, beta, chunk), loop)
+
+
+@pytest.mark.parametrize("b, h, n, d, chunk", SHAPES)
+def test_chunked_scores_have_the_gradients_of_the_loop(b, h, n, d, chunk):
+    inputs = [t.requires_grad_(True) for t in random_call(b, h, n, d, seed=n)]
+    q, k, _, w, beta = inputs
+    weight = torch.randn(b, h, n, n, dtype=torch.float64)
+    grads = []
+    for scores in (path._diagonal_scores, path._chunked_scores):
+        args = (q, k, w, beta) + ((chunk,) if scores is path._chunked_scores else ())
+        loss = (finite(scores(*args)) * weight).sum()
+        # n = 1 uses no transform: the loop's graph then lacks w and beta (zero)
+        grads.append(torch.autograd.grad(loss, (q, k, w, beta), materialize_grads=True))
+    for loop, chunked in zip(*grads):
+        assert_close(chunked, loop)
+
+
+def test_chunked_scores_pass_gradcheck():
+    q, k, _, w, beta = (t.requires_grad_(True) for t in random_call(1, 2, 7, 3))
+    assert torch.autograd.gradcheck(
+        lambda *a: finite(path._chunked_scores(*a, 3)), (q, k, w, beta)
+    )
+
+
+def test_layer_on_several_chunks_and_shuffled_positions_equals_the_loop():
+    """The layer's bias (default chunk, 150 tokens: three chunks, the last part
+    full), in token order for positions given in any order, equals the loop's."""
+    torch.manual_seed(0)
+    n, b = 150, 2
+    for gate in (False, True):
+        pe = pl.PaTHAttention(8, 2, forget_gate=gate).double()
+        x = torch.randn(b, n, 8, dtype=torch.float64)
+        q, k, v, _, _ = random_call(b, 2, n, 4, seed=1)
+        pos = torch.randperm(n)[None]
+        w, beta = pe.transforms(x)
+        order = pos[0].argsort()
+        by_pos = [t[:, :, order] for t in (q, k, w, beta)]
+        rank = order.argsort()
+        s = path._diagonal_scores(*by_pos)[:, :, rank][:, :, :, rank]
+        bias = (s - q @ k.mT) / 2  # scale 1 / sqrt(4)
+        if gate:
+            log_f = F.logsigmoid(pe.gate(x)).transpose(1, 2)
+            bias = bias + pl.forgetting_bias(log_f, pos)
+        ctx = pl.Context(x=x)
+        assert_close(pe.score_bias(q, k, pos, pos, ctx), bias)
 
 
 # ---------------------------------------------------------------- parity with fla

@@ -87,6 +87,71 @@ def _diagonal_scores(q, k, w, beta) -> torch.Tensor:
     return s
 
 
+CHUNK = 64  # tokens per chunk of ``_chunked_scores``, as fla's ``chunk_size``
+
+
+def _chunked_scores(q, k, w, beta, chunk_size: int = CHUNK) -> torch.Tensor:
+    """``_diagonal_scores`` chunk by chunk (the paper's and fla's algorithm): equal
+    values, ``(b, h, i, j)``, in n / C sequential steps instead of n - 1.
+
+    Within a chunk of C tokens, rows ``w_t`` of W ``(C, d)``, B = diag(beta): the
+    product ``P_t = H_t ... H_1 = I - sum_{s<=t} w_s u_s^T`` has, from
+    ``P_t = H_t P_{t-1}``, ``u_t = beta_t (w_t - sum_{s<t} (w_t . w_s) u_s)``, i.e.
+    ``(I + L) U = B W`` with ``L_ts = beta_t w_t . w_s`` (s < t): U = T W, with
+    ``T = (I + L)^{-1} B`` by one triangular solve (the UT transform), and the chunk's
+    product is ``I - W^T T W`` (the compact WY form). Any run ``H_b ... H_a`` of the
+    chunk is the same with W, T cut to rows a..b (a diagonal block of a triangular
+    inverse is the inverse of the block). So, for tokens i, j of one chunk:
+
+    * ``s_ij = q_i . k_j - sum_{s<=i} (q_i . w_s) (T M)_sj``, with
+      ``M_sj = w_s . k_j`` for s > j (j <= i);
+    * ``q~_i = H_1 ... H_i q_i = q_i - sum_{s<=i} (q_i . w_s) u_s`` (back to the
+      chunk's start) and ``k~_j = H_C ... H_{j+1} k_j = k_j - sum_t (T M)_tj w_t``
+      (on to its end);
+    * a key row k passes the whole chunk as ``k P^T = k - (k . u_s)_s W``.
+
+    Across chunks, ``s_ij = q~_i^T P_{c(i)-1} ... P_{c(j)+1} k~_j``: one step per
+    chunk applies P to every earlier key and reads the chunk's rows of scores.
+    O(n^2 d + n C d) work, autograd saves O(n^2 (d + C) / C) besides the scores.
+    """
+    b, h, n, d = q.shape
+    out_dtype = q.dtype
+    # solve_triangular wants float32 or float64
+    work = torch.promote_types(q.dtype, torch.float32)
+    q, k, w, beta = (t.to(work) for t in (q, k, w, beta))
+    c = min(chunk_size, n)
+    m = -(-n // c)  # chunks
+    if m * c > n:  # pad with beta = 0 (H = I) tokens, dropped at the end
+        q, k, w = (F.pad(t, (0, 0, 0, m * c - n)) for t in (q, k, w))
+        beta = F.pad(beta, (0, m * c - n))
+    q, k, w = (t.view(b, h, m, c, d) for t in (q, k, w))
+    bw = beta.view(b, h, m, c, 1) * w  # rows beta_t w_t
+    ones = torch.ones(c, c, dtype=torch.bool, device=q.device)
+    below, on_or_below = ones.tril(-1), ones.tril()
+    # I + L,  L_ts = beta_t w_t . w_s  (s < t)
+    eye_l = torch.eye(c, dtype=work, device=q.device) + (bw @ w.mT) * below
+    # U = T W = (I + L)^{-1} B W,  T M = (I + L)^{-1} B M,  M_sj = w_s . k_j (s > j)
+    u = torch.linalg.solve_triangular(eye_l, bw, upper=False, unitriangular=True)
+    tm = torch.linalg.solve_triangular(
+        eye_l, (bw @ k.mT) * below, upper=False, unitriangular=True
+    )  # (b, h, m, c, c)
+    qw = (q @ w.mT) * on_or_below  # q_i . w_s for s <= i
+    # s_ij = q_i . k_j - sum_{s<=i} (q_i . w_s) (T M)_sj, within a chunk
+    intra = (q @ k.mT - qw @ tm).masked_fill(~on_or_below, float("-inf"))
+    # q~_i = q_i - sum_{s<=i} (q_i . w_s) u_s,  k~_j = k_j - sum_t (T M)_tj w_t
+    q_start, k_end = q - qw @ u, k - tm.mT @ w  # (b, h, m, c, d)
+    rows = []
+    keys = q.new_zeros(b, h, 0, d)  # earlier keys, carried to this chunk's start
+    for a in range(m):
+        later = q.new_full((b, h, c, (m - a - 1) * c), float("-inf"))
+        # s_ij = q~_i . (P_{a-1} ... P_{c(j)+1} k~_j) for j in earlier chunks
+        rows.append(torch.cat([q_start[:, :, a] @ keys.mT, intra[:, :, a], later], -1))
+        # k <- k P_a^T = k - (k . u_s)_s W_a, then append the chunk's k~
+        keys = keys - (keys @ u[:, :, a].mT) @ w[:, :, a]
+        keys = torch.cat([keys, k_end[:, :, a]], 2)  # (b, h, (a+1) c, d)
+    return torch.cat(rows, 2)[:, :, :n, :n].to(out_dtype)  # (b, h, i, j)
+
+
 def path_scores(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -113,7 +178,7 @@ def _scores(q, k, w, beta, pos) -> torch.Tensor:
     """``path_scores`` without checks (the layer's w and beta pass them by
     construction; a hook reads no tensor value into Python)."""
     if pos is None:
-        return _diagonal_scores(q, k, w, beta)
+        return _chunked_scores(q, k, w, beta)
     b, h, n, d = q.shape
     order, rank = _position_order(torch.as_tensor(pos, device=q.device))
     order, rank = order.expand(b, n), rank.expand(b, n)
@@ -124,7 +189,7 @@ def _scores(q, k, w, beta, pos) -> torch.Tensor:
             return t.gather(2, index[..., None].expand(b, h, n, t.shape[-1]))
         return t.gather(2, index)
 
-    s = _diagonal_scores(*map(by_position, (q, k, w, beta)))  # position order
+    s = _chunked_scores(*map(by_position, (q, k, w, beta)))  # position order
     rows = rank[:, None, :, None].expand(b, h, n, n)
     cols = rank[:, None, None, :].expand(b, h, n, n)
     # back to token order: s_tok[a, c] = s_pos[rank a, rank c]
