@@ -125,6 +125,9 @@ def test_chunked_scores_equal_the_loop_over_diagonals(b, h, n, d, chunk):
     q, k, _, w, beta = random_call(b, h, n, d, seed=n + chunk)
     loop = path._diagonal_scores(q, k, w, beta)
     assert_close(path._chunked_scores(q, k, w, beta, chunk), loop)
+    # plain=False: what PaTH adds to the plain logit q_i . k_j
+    added = path._chunked_scores(q, k, w, beta, chunk, plain=False)
+    assert_close(added, loop - q @ k.mT)
     f32 = [t.float() for t in (q, k, w, beta)]
     got = path._chunked_scores(*f32, chunk)
     assert got.dtype == torch.float32

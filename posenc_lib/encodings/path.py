@@ -72,7 +72,9 @@ def _check(q, k, w, beta) -> None:
 
 
 def _diagonal_scores(q, k, w, beta) -> torch.Tensor:
-    """``path_scores`` without checks, in token order: ``(b, h, i, j)``."""
+    """The readable definition of ``path_scores`` (no checks, token order),
+    ``(b, h, i, j)``: one diagonal per step, n - 1 steps (``_chunked_scores`` is
+    the fast form, tested equal)."""
     b, h, n, _ = q.shape
     s = q.new_full((b, h, n, n), float("-inf"))
     # r = 0: s_ii = q_i . k_i
@@ -90,66 +92,76 @@ def _diagonal_scores(q, k, w, beta) -> torch.Tensor:
 CHUNK = 64  # tokens per chunk of ``_chunked_scores``, as fla's ``chunk_size``
 
 
-def _chunked_scores(q, k, w, beta, chunk_size: int = CHUNK) -> torch.Tensor:
+def _chunked_scores(
+    q, k, w, beta, chunk_size: int = CHUNK, plain: bool = True
+) -> torch.Tensor:
     """``_diagonal_scores`` chunk by chunk (the paper's and fla's algorithm): equal
-    values, ``(b, h, i, j)``, in n / C sequential steps instead of n - 1.
+    values, ``(b, h, i, j)``, in n / C sequential steps instead of n - 1. With
+    ``plain=False``, only what PaTH adds to the plain logit: ``s_ij - q_i . k_j``.
 
     Within a chunk of C tokens, rows ``w_t`` of W ``(C, d)``, B = diag(beta): the
     product ``P_t = H_t ... H_1 = I - sum_{s<=t} w_s u_s^T`` has, from
     ``P_t = H_t P_{t-1}``, ``u_t = beta_t (w_t - sum_{s<t} (w_t . w_s) u_s)``, i.e.
     ``(I + L) U = B W`` with ``L_ts = beta_t w_t . w_s`` (s < t): U = T W, with
     ``T = (I + L)^{-1} B`` by one triangular solve (the UT transform), and the chunk's
-    product is ``I - W^T T W`` (the compact WY form). Any run ``H_b ... H_a`` of the
-    chunk is the same with W, T cut to rows a..b (a diagonal block of a triangular
-    inverse is the inverse of the block). So, for tokens i, j of one chunk:
+    product is ``P = I - W^T T W`` (the compact WY form). Any run ``H_b ... H_a`` of
+    the chunk is the same with W, T cut to rows a..b (a diagonal block of a
+    triangular inverse is the inverse of the block). So, for tokens i, j of a chunk:
 
     * ``s_ij = q_i . k_j - sum_{s<=i} (q_i . w_s) (T M)_sj``, with
       ``M_sj = w_s . k_j`` for s > j (j <= i);
     * ``q~_i = H_1 ... H_i q_i = q_i - sum_{s<=i} (q_i . w_s) u_s`` (back to the
       chunk's start) and ``k~_j = H_C ... H_{j+1} k_j = k_j - sum_t (T M)_tj w_t``
-      (on to its end);
-    * a key row k passes the whole chunk as ``k P^T = k - (k . u_s)_s W``.
+      (on to its end); a key row passes the whole chunk as ``k P^T``,
+      ``P^T = I - U^T W`` (d, d).
 
     Across chunks, ``s_ij = q~_i^T P_{c(i)-1} ... P_{c(j)+1} k~_j``: one step per
-    chunk applies P to every earlier key and reads the chunk's rows of scores.
-    O(n^2 d + n C d) work, autograd saves O(n^2 (d + C) / C) besides the scores.
+    chunk reads its rows of scores against every earlier key, then carries those
+    keys through its P and appends its own k~. O(n^2 d + n (C + d) d) work; autograd
+    saves O(n^2 d / C) besides the scores.
     """
     b, h, n, d = q.shape
     out_dtype = q.dtype
     # solve_triangular wants float32 or float64
     work = torch.promote_types(q.dtype, torch.float32)
-    q, k, w, beta = (t.to(work) for t in (q, k, w, beta))
     c = min(chunk_size, n)
     m = -(-n // c)  # chunks
-    if m * c > n:  # pad with beta = 0 (H = I) tokens, dropped at the end
-        q, k, w = (F.pad(t, (0, 0, 0, m * c - n)) for t in (q, k, w))
-        beta = F.pad(beta, (0, m * c - n))
-    q, k, w = (t.view(b, h, m, c, d) for t in (q, k, w))
-    bw = beta.view(b, h, m, c, 1) * w  # rows beta_t w_t
+    # (b h) as one batch; padding with beta = 0 (H = I) tokens, dropped at the end
+    q, k, w = (F.pad(t.to(work), (0, 0, 0, m * c - n)).flatten(0, 1) for t in (q, k, w))
+    beta = F.pad(beta.to(work), (0, m * c - n)).flatten(0, 1)
+    qc, kc, wc = (t.view(b * h, m, c, d) for t in (q, k, w))
+    bw = beta.view(b * h, m, c, 1) * wc  # rows beta_t w_t
     ones = torch.ones(c, c, dtype=torch.bool, device=q.device)
     below, on_or_below = ones.tril(-1), ones.tril()
     # I + L,  L_ts = beta_t w_t . w_s  (s < t)
-    eye_l = torch.eye(c, dtype=work, device=q.device) + (bw @ w.mT) * below
+    eye_l = torch.eye(c, dtype=work, device=q.device) + (bw @ wc.mT) * below
     # U = T W = (I + L)^{-1} B W,  T M = (I + L)^{-1} B M,  M_sj = w_s . k_j (s > j)
     u = torch.linalg.solve_triangular(eye_l, bw, upper=False, unitriangular=True)
     tm = torch.linalg.solve_triangular(
-        eye_l, (bw @ k.mT) * below, upper=False, unitriangular=True
-    )  # (b, h, m, c, c)
-    qw = (q @ w.mT) * on_or_below  # q_i . w_s for s <= i
-    # s_ij = q_i . k_j - sum_{s<=i} (q_i . w_s) (T M)_sj, within a chunk
-    intra = (q @ k.mT - qw @ tm).masked_fill(~on_or_below, float("-inf"))
+        eye_l, (bw @ kc.mT) * below, upper=False, unitriangular=True
+    )  # ((b h), m, c, c)
+    qw = (qc @ wc.mT) * on_or_below  # q_i . w_s for s <= i
+    # s_ij - q_i . k_j = - sum_{s<=i} (q_i . w_s) (T M)_sj, within a chunk
+    intra = -(qw @ tm) + (qc @ kc.mT if plain else 0.0)
+    intra = intra.masked_fill(~on_or_below, float("-inf"))  # ((b h), m, c, c)
     # q~_i = q_i - sum_{s<=i} (q_i . w_s) u_s,  k~_j = k_j - sum_t (T M)_tj w_t
-    q_start, k_end = q - qw @ u, k - tm.mT @ w  # (b, h, m, c, d)
+    q_start, k_end = qc - qw @ u, kc - tm.mT @ wc  # ((b h), m, c, d)
+    # P^T = I - U^T W, each chunk's product, acting on rows
+    p_t = torch.eye(d, dtype=work, device=q.device) - u.mT @ wc  # ((b h), m, d, d)
     rows = []
-    keys = q.new_zeros(b, h, 0, d)  # earlier keys, carried to this chunk's start
+    keys = q.new_zeros(b * h, 0, d)  # earlier keys, carried to this chunk's start
     for a in range(m):
-        later = q.new_full((b, h, c, (m - a - 1) * c), float("-inf"))
+        later = q.new_full((b * h, c, (m - a - 1) * c), float("-inf"))
         # s_ij = q~_i . (P_{a-1} ... P_{c(j)+1} k~_j) for j in earlier chunks
-        rows.append(torch.cat([q_start[:, :, a] @ keys.mT, intra[:, :, a], later], -1))
-        # k <- k P_a^T = k - (k . u_s)_s W_a, then append the chunk's k~
-        keys = keys - (keys @ u[:, :, a].mT) @ w[:, :, a]
-        keys = torch.cat([keys, k_end[:, :, a]], 2)  # (b, h, (a+1) c, d)
-    return torch.cat(rows, 2)[:, :, :n, :n].to(out_dtype)  # (b, h, i, j)
+        inter = q_start[:, a] @ keys.mT  # ((b h), c, a c)
+        if not plain:  # - q_i . k_j
+            inter = torch.baddbmm(inter, q[:, a * c : (a + 1) * c], k[:, : a * c].mT,
+                                  alpha=-1)  # fmt: skip
+        rows.append(torch.cat([inter, intra[:, a], later], -1))
+        # k <- k P_a^T for the earlier keys, then the chunk's own k~
+        keys = torch.cat([keys @ p_t[:, a], k_end[:, a]], 1)  # ((b h), (a+1) c, d)
+    s = torch.cat(rows, 1).view(b, h, m * c, m * c)
+    return s[:, :, :n, :n].to(out_dtype)  # (b, h, i, j)
 
 
 def path_scores(
@@ -166,19 +178,21 @@ def path_scores(
     (the layer normalises it). ``pos`` ``(b|1, n)``: the transforms are multiplied in
     position order (stable for ties), None for token order.
 
-    Cost: O(n^2 d) in n - 1 steps. Step r applies one transform to every query
-    (``u_i <- H_{i-r+1} u_i``, symmetric H) and reads off the r-th diagonal; no
-    d x d matrix and no inverse is ever formed.
+    Cost: O(n^2 d) in n / 64 steps, chunk by chunk (``_chunked_scores``: the
+    compact WY form of the paper and fla). The definition it equals is
+    ``_diagonal_scores``, n - 1 steps: step r applies one transform to every query
+    (``u_i <- H_{i-r+1} u_i``, symmetric H) and reads off the r-th diagonal.
     """
     _check(q, k, w, beta)
     return _scores(q, k, w, beta, pos)
 
 
-def _scores(q, k, w, beta, pos) -> torch.Tensor:
+def _scores(q, k, w, beta, pos, plain: bool = True) -> torch.Tensor:
     """``path_scores`` without checks (the layer's w and beta pass them by
-    construction; a hook reads no tensor value into Python)."""
+    construction; a hook reads no tensor value into Python); ``plain=False``: only
+    what PaTH adds, ``s_ij - q_i . k_j``."""
     if pos is None:
-        return _chunked_scores(q, k, w, beta)
+        return _chunked_scores(q, k, w, beta, plain=plain)
     b, h, n, d = q.shape
     order, rank = _position_order(torch.as_tensor(pos, device=q.device))
     order, rank = order.expand(b, n), rank.expand(b, n)
@@ -189,7 +203,7 @@ def _scores(q, k, w, beta, pos) -> torch.Tensor:
             return t.gather(2, index[..., None].expand(b, h, n, t.shape[-1]))
         return t.gather(2, index)
 
-    s = _chunked_scores(*map(by_position, (q, k, w, beta)))  # position order
+    s = _chunked_scores(*map(by_position, (q, k, w, beta)), plain=plain)
     rows = rank[:, None, :, None].expand(b, h, n, n)
     cols = rank[:, None, None, :].expand(b, h, n, n)
     # back to token order: s_tok[a, c] = s_pos[rank a, rank c]
@@ -322,15 +336,18 @@ class PaTHAttention(PositionalEncoding):
         w, beta = self.transforms(x)
         w, beta = w.to(q.dtype), beta.to(q.dtype)
         scale = 1.0 / math.sqrt(q.shape[-1])
+        # keys at s, s+1, ... (the call's Positions say so, no sync): token order is
+        # position order, nothing to sort
+        known = getattr(ctx, "positions", None)
+        pos = None if known is not None and known.run else k_pos
         # queries are the last i keys (a KV cache): rows of earlier keys are zeros,
         # computed and dropped, so the transforms between them still count
         q_all = torch.cat([q.new_zeros(*q.shape[:2], j - i, q.shape[-1]), q], 2)
-        s = _scores(q_all, k, w, beta, k_pos)[:, :, j - i :]  # (b, h, i, j)
-        # scale * (q_i^T P_ij k_j - q_i^T k_j): what PaTH adds to the plain logit
-        bias = (s - torch.einsum("bhid,bhjd->bhij", q, k)) * scale
+        # scale * (q_i^T H_i ... H_{j+1} k_j - q_i^T k_j), linear in q_i
+        bias = _scores(q_all * scale, k, w, beta, pos, plain=False)[:, :, j - i :]
         if self.gate is not None:
             log_f = F.logsigmoid(self.gate(x)).transpose(1, 2).to(q.dtype)  # (b, h, j)
-            bias = bias + _forgetting_bias(log_f, k_pos)[:, :, j - i :]  # + D_ij
+            bias = bias + _forgetting_bias(log_f, pos)[:, :, j - i :]  # + D_ij
         return bias  # (b, h, i, j)
 
     def extra_repr(self) -> str:
