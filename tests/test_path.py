@@ -165,27 +165,34 @@ def test_chunked_scores_pass_gradcheck():
     )
 
 
-def test_layer_on_several_chunks_and_shuffled_positions_equals_the_loop():
-    """The layer's bias (default chunk, 150 tokens: three chunks, the last part
-    full), in token order for positions given in any order, equals the loop's."""
+@pytest.mark.parametrize("gate", [False, True])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_layer_on_several_chunks_equals_the_loop(gate, shuffle):
+    """150 tokens (three chunks of 64, the last part full), positions in order (a
+    run: nothing sorted) or shuffled: the bias and both attention paths equal the
+    loop's, in token order."""
     torch.manual_seed(0)
     n, b = 150, 2
-    for gate in (False, True):
-        pe = pl.PaTHAttention(8, 2, forget_gate=gate).double()
-        x = torch.randn(b, n, 8, dtype=torch.float64)
-        q, k, v, _, _ = random_call(b, 2, n, 4, seed=1)
-        pos = torch.randperm(n)[None]
-        w, beta = pe.transforms(x)
-        order = pos[0].argsort()
-        by_pos = [t[:, :, order] for t in (q, k, w, beta)]
-        rank = order.argsort()
-        s = path._diagonal_scores(*by_pos)[:, :, rank][:, :, :, rank]
-        bias = (s - q @ k.mT) / 2  # scale 1 / sqrt(4)
-        if gate:
-            log_f = F.logsigmoid(pe.gate(x)).transpose(1, 2)
-            bias = bias + pl.forgetting_bias(log_f, pos)
-        ctx = pl.Context(x=x)
-        assert_close(pe.score_bias(q, k, pos, pos, ctx), bias)
+    pe = pl.PaTHAttention(8, 2, forget_gate=gate).double()
+    x = torch.randn(b, n, 8, dtype=torch.float64)
+    q, k, v, _, _ = random_call(b, 2, n, 4, seed=1)
+    pos = torch.randperm(n)[None] if shuffle else torch.arange(n)[None]
+    w, beta = pe.transforms(x)
+    order = pos[0].argsort()
+    rank = order.argsort()
+    s = path._diagonal_scores(*(t[:, :, order] for t in (q, k, w, beta)))
+    s = s[:, :, rank][:, :, :, rank]  # token order, -inf where j is after i
+    bias = (s - q @ k.mT) / 2  # scale 1 / sqrt(4)
+    if gate:
+        log_f = F.logsigmoid(pe.gate(x)).transpose(1, 2)
+        bias = bias + pl.forgetting_bias(log_f, pos)
+    assert_close(pe.score_bias(q, k, pos, pos, pl.Context(x=x)), bias)
+    expected = ((q @ k.mT) / 2 + bias).softmax(-1) @ v
+    for path_ in ("slow", "fast"):
+        out = pl.attention(
+            q, k, v, pe, q_pos=pos, k_pos=pos, causal=True, x=x, path=path_
+        )
+        assert_close(out, expected)
 
 
 # ---------------------------------------------------------------- parity with fla
