@@ -134,6 +134,11 @@ def test_chunked_scores_equal_the_loop_over_diagonals(b, h, n, d, chunk):
     assert_close(got, path._diagonal_scores(*f32), rtol=1e-5, atol=1e-5)
 
 
+def test_chunked_scores_of_an_empty_sequence_are_empty():
+    q, k, _, w, beta = random_call(n=0)
+    assert path._chunked_scores(q, k, w, beta).shape == (2, 2, 0, 0)
+
+
 @pytest.mark.parametrize("beta_range", [(0.0, 0.0), (2.0, 2.0), (0.95, 1.05)])
 def test_chunked_scores_at_the_ends_of_the_beta_range(beta_range):
     """beta = 0 (identity), 2 (reflections) and near 1 (near-projections)."""

@@ -124,6 +124,8 @@ def _chunked_scores(
     out_dtype = q.dtype
     # solve_triangular wants float32 or float64
     work = torch.promote_types(q.dtype, torch.float32)
+    if n == 0:
+        return q.new_zeros(b, h, 0, 0)
     c = min(chunk_size, n)
     m = -(-n // c)  # chunks
     # (b h) as one batch; padding with beta = 0 (H = I) tokens, dropped at the end
