@@ -89,6 +89,55 @@ def _diagonal_scores(q, k, w, beta) -> torch.Tensor:
     return s
 
 
+class _ScoreRows(torch.autograd.Function):
+    """The chunks' rows of scores, written once into one ``(B, m c, m c)`` matrix:
+    row block a is ``[q~_a K_a^T | intra_a | -inf]``, ``K_a`` the earlier keys
+    carried to chunk a. Its own backward keeps no block and copies none twice: the
+    n x n scores are the only n x n tensor made (autograd's blocks and cat: three).
+
+    q_start ``(B, m, c, d)``, intra ``(B, m, c, c)``, keys[a] ``(B, a c, d)``;
+    q_minus, k_minus ``(B, m c, d)`` subtract ``q_i . k_j`` (or None).
+    """
+
+    @staticmethod
+    def forward(ctx, q_start, intra, q_minus, k_minus, *keys):
+        big, m, c, _ = q_start.shape
+        out = q_start.new_full((big, m * c, m * c), float("-inf"))
+        for a in range(m):
+            rows = out[:, a * c : (a + 1) * c]  # (B, c, m c)
+            rows[:, :, a * c : (a + 1) * c] = intra[:, a]
+            if a:
+                block = q_start[:, a] @ keys[a].mT  # (B, c, a c)
+                if q_minus is not None:
+                    q_a, k_before = q_minus[:, a * c : (a + 1) * c], k_minus[:, : a * c]
+                    block.baddbmm_(q_a, k_before.mT, alpha=-1)
+                rows[:, :, : a * c] = block
+        ctx.save_for_backward(q_start, q_minus, k_minus, *keys)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        q_start, q_minus, k_minus, *keys = ctx.saved_tensors
+        _, m, c, _ = q_start.shape
+        blocks = [g[:, a * c : (a + 1) * c] for a in range(m)]  # (B, c, m c)
+        d_intra = torch.stack(
+            [r[:, :, a * c : (a + 1) * c] for a, r in enumerate(blocks)], 1
+        )
+        d_q_start = torch.zeros_like(q_start)
+        d_keys = [torch.zeros_like(keys[0])]
+        minus = q_minus is not None
+        d_q_minus = torch.zeros_like(q_minus) if minus else None
+        d_k_minus = torch.zeros_like(k_minus) if minus else None
+        for a in range(1, m):
+            g_a = blocks[a][:, :, : a * c]  # (B, c, a c)
+            d_q_start[:, a] = g_a @ keys[a]
+            d_keys.append(g_a.mT @ q_start[:, a])
+            if minus:
+                d_q_minus[:, a * c : (a + 1) * c] = -(g_a @ k_minus[:, : a * c])
+                d_k_minus[:, : a * c] -= g_a.mT @ q_minus[:, a * c : (a + 1) * c]
+        return d_q_start, d_intra, d_q_minus, d_k_minus, *d_keys
+
+
 CHUNK = 64  # tokens per chunk of ``_chunked_scores``, as fla's ``chunk_size``
 
 
@@ -150,19 +199,13 @@ def _chunked_scores(
     q_start, k_end = qc - qw @ u, kc - tm.mT @ wc  # ((b h), m, c, d)
     # P^T = I - U^T W, each chunk's product, acting on rows
     p_t = torch.eye(d, dtype=work, device=q.device) - u.mT @ wc  # ((b h), m, d, d)
-    rows = []
-    keys = q.new_zeros(b * h, 0, d)  # earlier keys, carried to this chunk's start
-    for a in range(m):
-        later = q.new_full((b * h, c, (m - a - 1) * c), float("-inf"))
-        # s_ij = q~_i . (P_{a-1} ... P_{c(j)+1} k~_j) for j in earlier chunks
-        inter = q_start[:, a] @ keys.mT  # ((b h), c, a c)
-        if not plain:  # - q_i . k_j
-            inter = torch.baddbmm(inter, q[:, a * c : (a + 1) * c], k[:, : a * c].mT,
-                                  alpha=-1)  # fmt: skip
-        rows.append(torch.cat([inter, intra[:, a], later], -1))
+    keys = [q.new_zeros(b * h, 0, d)]  # earlier keys, carried to chunk a's start
+    for p_a, k_a in zip(p_t.unbind(1)[:-1], k_end.unbind(1)[:-1]):
         # k <- k P_a^T for the earlier keys, then the chunk's own k~
-        keys = torch.cat([keys @ p_t[:, a], k_end[:, a]], 1)  # ((b h), (a+1) c, d)
-    s = torch.cat(rows, 1).view(b, h, m * c, m * c)
+        keys.append(torch.cat([keys[-1] @ p_a, k_a], 1))  # ((b h), (a+1) c, d)
+    # s_ij = q~_i . (P_{a-1} ... P_{c(j)+1} k~_j) for j in earlier chunks
+    minus = (None, None) if plain else (q, k)  # - q_i . k_j
+    s = _ScoreRows.apply(q_start, intra, *minus, *keys).view(b, h, m * c, m * c)
     return s[:, :, :n, :n].to(out_dtype)  # (b, h, i, j)
 
 
