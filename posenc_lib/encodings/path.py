@@ -89,53 +89,70 @@ def _diagonal_scores(q, k, w, beta) -> torch.Tensor:
     return s
 
 
-class _ScoreRows(torch.autograd.Function):
-    """The chunks' rows of scores, written once into one ``(B, m c, m c)`` matrix:
-    row block a is ``[q~_a K_a^T | intra_a | -inf]``, ``K_a`` the earlier keys
-    carried to chunk a. Its own backward keeps no block and copies none twice: the
-    n x n scores are the only n x n tensor made (autograd's blocks and cat: three).
+def _carry_keys(k_end, p_t) -> list[torch.Tensor]:
+    """keys[a] ``(B, a c, d)``: the k~ of chunks 0 .. a-1 carried to chunk a's start,
+    ``keys[a+1] = [keys[a] P_a^T ; k~_a]``."""
+    keys = [k_end.new_zeros(k_end.shape[0], 0, k_end.shape[-1])]
+    for a in range(k_end.shape[1] - 1):
+        keys.append(torch.cat([keys[a] @ p_t[:, a], k_end[:, a]], 1))
+    return keys
 
-    q_start ``(B, m, c, d)``, intra ``(B, m, c, c)``, keys[a] ``(B, a c, d)``;
+
+class _ScoreRows(torch.autograd.Function):
+    """The rows of scores of every chunk, written once into one ``(B, m c, m c)``
+    matrix: row block a is ``[q~_a K_a^T | intra_a | -inf]``, ``K_a`` the earlier
+    keys carried to chunk a (``_carry_keys``). Its own backward recomputes the
+    carried keys instead of keeping them, and no block is kept or copied twice: the
+    scores are the only n x n tensor made (autograd's blocks and cat made three).
+
+    q_start, k_end ``(B, m, c, d)``, p_t ``(B, m, d, d)``, intra ``(B, m, c, c)``;
     q_minus, k_minus ``(B, m c, d)`` subtract ``q_i . k_j`` (or None).
     """
 
     @staticmethod
-    def forward(ctx, q_start, intra, q_minus, k_minus, *keys):
+    def forward(ctx, q_start, k_end, p_t, intra, q_minus, k_minus):
         big, m, c, _ = q_start.shape
         out = q_start.new_full((big, m * c, m * c), float("-inf"))
-        for a in range(m):
+        for a, keys in enumerate(_carry_keys(k_end, p_t)):
             rows = out[:, a * c : (a + 1) * c]  # (B, c, m c)
             rows[:, :, a * c : (a + 1) * c] = intra[:, a]
             if a:
-                block = q_start[:, a] @ keys[a].mT  # (B, c, a c)
+                block = q_start[:, a] @ keys.mT  # (B, c, a c)
                 if q_minus is not None:
                     q_a, k_before = q_minus[:, a * c : (a + 1) * c], k_minus[:, : a * c]
                     block.baddbmm_(q_a, k_before.mT, alpha=-1)
                 rows[:, :, : a * c] = block
-        ctx.save_for_backward(q_start, q_minus, k_minus, *keys)
+        ctx.save_for_backward(q_start, k_end, p_t, q_minus, k_minus)
         return out
 
     @staticmethod
     def backward(ctx, g):
-        q_start, q_minus, k_minus, *keys = ctx.saved_tensors
+        q_start, k_end, p_t, q_minus, k_minus = ctx.saved_tensors
         _, m, c, _ = q_start.shape
-        blocks = [g[:, a * c : (a + 1) * c] for a in range(m)]  # (B, c, m c)
-        d_intra = torch.stack(
-            [r[:, :, a * c : (a + 1) * c] for a, r in enumerate(blocks)], 1
-        )
-        d_q_start = torch.zeros_like(q_start)
-        d_keys = [torch.zeros_like(keys[0])]
+        keys = _carry_keys(k_end, p_t)
+        d_q_start, d_k_end, d_p_t = (torch.zeros_like(t) for t in (q_start, k_end, p_t))
         minus = q_minus is not None
         d_q_minus = torch.zeros_like(q_minus) if minus else None
         d_k_minus = torch.zeros_like(k_minus) if minus else None
-        for a in range(1, m):
-            g_a = blocks[a][:, :, : a * c]  # (B, c, a c)
-            d_q_start[:, a] = g_a @ keys[a]
-            d_keys.append(g_a.mT @ q_start[:, a])
-            if minus:
-                d_q_minus[:, a * c : (a + 1) * c] = -(g_a @ k_minus[:, : a * c])
-                d_k_minus[:, : a * c] -= g_a.mT @ q_minus[:, a * c : (a + 1) * c]
-        return d_q_start, d_intra, d_q_minus, d_k_minus, *d_keys
+        d_intra = torch.stack(
+            [g[:, a * c : (a + 1) * c, a * c : (a + 1) * c] for a in range(m)], 1
+        )
+        d_next = None  # the gradient of keys[a + 1]
+        for a in range(m - 1, -1, -1):
+            d_keys = keys[a].new_zeros(keys[a].shape)
+            if d_next is not None:  # keys[a+1] = [keys[a] P_a^T ; k~_a]
+                d_k_end[:, a] = d_next[:, a * c :]
+                d_p_t[:, a] = keys[a].mT @ d_next[:, : a * c]
+                d_keys += d_next[:, : a * c] @ p_t[:, a].mT
+            if a:  # row block a = q~_a keys[a]^T (- q_a k_{<a}^T)
+                g_a = g[:, a * c : (a + 1) * c, : a * c]  # (B, c, a c)
+                d_q_start[:, a] = g_a @ keys[a]
+                d_keys += g_a.mT @ q_start[:, a]
+                if minus:
+                    d_q_minus[:, a * c : (a + 1) * c] = -(g_a @ k_minus[:, : a * c])
+                    d_k_minus[:, : a * c] -= g_a.mT @ q_minus[:, a * c : (a + 1) * c]
+            d_next = d_keys
+        return d_q_start, d_k_end, d_p_t, d_intra, d_q_minus, d_k_minus
 
 
 CHUNK = 64  # tokens per chunk of ``_chunked_scores``, as fla's ``chunk_size``
@@ -177,11 +194,15 @@ def _chunked_scores(
         return q.new_zeros(b, h, 0, 0)
     c = min(chunk_size, n)
     m = -(-n // c)  # chunks
-    # (b h) as one batch; padding with beta = 0 (H = I) tokens, dropped at the end
-    q, k, w = (F.pad(t.to(work), (0, 0, 0, m * c - n)).flatten(0, 1) for t in (q, k, w))
-    beta = F.pad(beta.to(work), (0, m * c - n)).flatten(0, 1)
-    qc, kc, wc = (t.view(b * h, m, c, d) for t in (q, k, w))
-    bw = beta.view(b * h, m, c, 1) * wc  # rows beta_t w_t
+    # padding with beta = 0 (H = I) tokens, dropped at the end
+    q, k, w, beta = (t.to(work) for t in (q, k, w, beta))
+    if m * c > n:
+        q, k, w = (F.pad(t, (0, 0, 0, m * c - n)) for t in (q, k, w))
+        beta = F.pad(beta, (0, m * c - n))
+    # one batch of (b h m) chunks, 3-d so that every product is a bmm that reads
+    # its transposed operand in place (4-d matmul copies it, and keeps the copy)
+    qc, kc, wc = (t.reshape(b * h * m, c, d) for t in (q, k, w))
+    bw = beta.reshape(b * h * m, c, 1) * wc  # rows beta_t w_t
     ones = torch.ones(c, c, dtype=torch.bool, device=q.device)
     below, on_or_below = ones.tril(-1), ones.tril()
     # I + L,  L_ts = beta_t w_t . w_s  (s < t)
@@ -190,22 +211,23 @@ def _chunked_scores(
     u = torch.linalg.solve_triangular(eye_l, bw, upper=False, unitriangular=True)
     tm = torch.linalg.solve_triangular(
         eye_l, (bw @ kc.mT) * below, upper=False, unitriangular=True
-    )  # ((b h), m, c, c)
+    )  # ((b h m), c, c)
     qw = (qc @ wc.mT) * on_or_below  # q_i . w_s for s <= i
     # s_ij - q_i . k_j = - sum_{s<=i} (q_i . w_s) (T M)_sj, within a chunk
     intra = -(qw @ tm) + (qc @ kc.mT if plain else 0.0)
-    intra = intra.masked_fill(~on_or_below, float("-inf"))  # ((b h), m, c, c)
+    intra = intra.masked_fill(~on_or_below, float("-inf"))  # ((b h m), c, c)
     # q~_i = q_i - sum_{s<=i} (q_i . w_s) u_s,  k~_j = k_j - sum_t (T M)_tj w_t
-    q_start, k_end = qc - qw @ u, kc - tm.mT @ wc  # ((b h), m, c, d)
+    q_start, k_end = qc - qw @ u, kc - tm.mT @ wc  # ((b h m), c, d)
     # P^T = I - U^T W, each chunk's product, acting on rows
-    p_t = torch.eye(d, dtype=work, device=q.device) - u.mT @ wc  # ((b h), m, d, d)
-    keys = [q.new_zeros(b * h, 0, d)]  # earlier keys, carried to chunk a's start
-    for p_a, k_a in zip(p_t.unbind(1)[:-1], k_end.unbind(1)[:-1]):
-        # k <- k P_a^T for the earlier keys, then the chunk's own k~
-        keys.append(torch.cat([keys[-1] @ p_a, k_a], 1))  # ((b h), (a+1) c, d)
+    p_t = torch.eye(d, dtype=work, device=q.device) - u.mT @ wc  # ((b h m), d, d)
+    q_start, k_end, p_t, intra = (
+        t.view(b * h, m, *t.shape[1:]) for t in (q_start, k_end, p_t, intra)
+    )
+    q, k = q.reshape(b * h, m * c, d), k.reshape(b * h, m * c, d)
     # s_ij = q~_i . (P_{a-1} ... P_{c(j)+1} k~_j) for j in earlier chunks
     minus = (None, None) if plain else (q, k)  # - q_i . k_j
-    s = _ScoreRows.apply(q_start, intra, *minus, *keys).view(b, h, m * c, m * c)
+    s = _ScoreRows.apply(q_start, k_end, p_t, intra, *minus)
+    s = s.view(b, h, m * c, m * c)
     return s[:, :, :n, :n].to(out_dtype)  # (b, h, i, j)
 
 
