@@ -89,72 +89,6 @@ def _diagonal_scores(q, k, w, beta) -> torch.Tensor:
     return s
 
 
-def _carry_keys(k_end, p_t) -> list[torch.Tensor]:
-    """keys[a] ``(B, a c, d)``: the k~ of chunks 0 .. a-1 carried to chunk a's start,
-    ``keys[a+1] = [keys[a] P_a^T ; k~_a]``."""
-    keys = [k_end.new_zeros(k_end.shape[0], 0, k_end.shape[-1])]
-    for a in range(k_end.shape[1] - 1):
-        keys.append(torch.cat([keys[a] @ p_t[:, a], k_end[:, a]], 1))
-    return keys
-
-
-class _ScoreRows(torch.autograd.Function):
-    """The rows of scores of every chunk, written once into one ``(B, m c, m c)``
-    matrix: row block a is ``[q~_a K_a^T | intra_a | -inf]``, ``K_a`` the earlier
-    keys carried to chunk a (``_carry_keys``). Its own backward recomputes the
-    carried keys instead of keeping them, and no block is kept or copied twice: the
-    scores are the only n x n tensor made (autograd's blocks and cat made three).
-
-    q_start, k_end ``(B, m, c, d)``, p_t ``(B, m, d, d)``, intra ``(B, m, c, c)``;
-    q_minus, k_minus ``(B, m c, d)`` subtract ``q_i . k_j`` (or None).
-    """
-
-    @staticmethod
-    def forward(ctx, q_start, k_end, p_t, intra, q_minus, k_minus):
-        big, m, c, _ = q_start.shape
-        out = q_start.new_full((big, m * c, m * c), float("-inf"))
-        for a, keys in enumerate(_carry_keys(k_end, p_t)):
-            rows = out[:, a * c : (a + 1) * c]  # (B, c, m c)
-            rows[:, :, a * c : (a + 1) * c] = intra[:, a]
-            if a:
-                block = q_start[:, a] @ keys.mT  # (B, c, a c)
-                if q_minus is not None:
-                    q_a, k_before = q_minus[:, a * c : (a + 1) * c], k_minus[:, : a * c]
-                    block.baddbmm_(q_a, k_before.mT, alpha=-1)
-                rows[:, :, : a * c] = block
-        ctx.save_for_backward(q_start, k_end, p_t, q_minus, k_minus)
-        return out
-
-    @staticmethod
-    def backward(ctx, g):
-        q_start, k_end, p_t, q_minus, k_minus = ctx.saved_tensors
-        _, m, c, _ = q_start.shape
-        keys = _carry_keys(k_end, p_t)
-        d_q_start, d_k_end, d_p_t = (torch.zeros_like(t) for t in (q_start, k_end, p_t))
-        minus = q_minus is not None
-        d_q_minus = torch.zeros_like(q_minus) if minus else None
-        d_k_minus = torch.zeros_like(k_minus) if minus else None
-        d_intra = torch.stack(
-            [g[:, a * c : (a + 1) * c, a * c : (a + 1) * c] for a in range(m)], 1
-        )
-        d_next = None  # the gradient of keys[a + 1]
-        for a in range(m - 1, -1, -1):
-            d_keys = keys[a].new_zeros(keys[a].shape)
-            if d_next is not None:  # keys[a+1] = [keys[a] P_a^T ; k~_a]
-                d_k_end[:, a] = d_next[:, a * c :]
-                d_p_t[:, a] = keys[a].mT @ d_next[:, : a * c]
-                d_keys += d_next[:, : a * c] @ p_t[:, a].mT
-            if a:  # row block a = q~_a keys[a]^T (- q_a k_{<a}^T)
-                g_a = g[:, a * c : (a + 1) * c, : a * c]  # (B, c, a c)
-                d_q_start[:, a] = g_a @ keys[a]
-                d_keys += g_a.mT @ q_start[:, a]
-                if minus:
-                    d_q_minus[:, a * c : (a + 1) * c] = -(g_a @ k_minus[:, : a * c])
-                    d_k_minus[:, : a * c] -= g_a.mT @ q_minus[:, a * c : (a + 1) * c]
-            d_next = d_keys
-        return d_q_start, d_k_end, d_p_t, d_intra, d_q_minus, d_k_minus
-
-
 CHUNK = 64  # tokens per chunk of ``_chunked_scores``, as fla's ``chunk_size``
 
 
@@ -183,52 +117,128 @@ def _chunked_scores(
 
     Across chunks, ``s_ij = q~_i^T P_{c(i)-1} ... P_{c(j)+1} k~_j``: one step per
     chunk reads its rows of scores against every earlier key, then carries those
-    keys through its P and appends its own k~. O(n^2 d + n (C + d) d) work; autograd
-    saves O(n^2 d / C) besides the scores.
+    keys through its P and appends its own k~. O(n^2 d + n (C + d) d) work. The
+    backward (``_ChunkedScores``) recomputes the chunks' factors and carried keys
+    rather than keep them: the scores are the only n x n tensor, and nothing of
+    size n C or n^2 d / C is held between forward and backward.
     """
     b, h, n, d = q.shape
+    if n == 0:
+        return q.new_zeros(b, h, 0, 0)
     out_dtype = q.dtype
     # solve_triangular wants float32 or float64
     work = torch.promote_types(q.dtype, torch.float32)
-    if n == 0:
-        return q.new_zeros(b, h, 0, 0)
     c = min(chunk_size, n)
     m = -(-n // c)  # chunks
-    # padding with beta = 0 (H = I) tokens, dropped at the end
     q, k, w, beta = (t.to(work) for t in (q, k, w, beta))
-    if m * c > n:
+    if m * c > n:  # padding with beta = 0 (H = I) tokens, dropped at the end
         q, k, w = (F.pad(t, (0, 0, 0, m * c - n)) for t in (q, k, w))
         beta = F.pad(beta, (0, m * c - n))
-    # one batch of (b h m) chunks, 3-d so that every product is a bmm that reads
-    # its transposed operand in place (4-d matmul copies it, and keeps the copy)
-    qc, kc, wc = (t.reshape(b * h * m, c, d) for t in (q, k, w))
-    bw = beta.reshape(b * h * m, c, 1) * wc  # rows beta_t w_t
+    q, k, w, beta = (t.flatten(0, 1) for t in (q, k, w, beta))  # (b h) as one batch
+    s = _ChunkedScores.apply(q, k, w, beta, c, plain).view(b, h, m * c, m * c)
+    return s[:, :, :n, :n].to(out_dtype)  # (b, h, i, j)
+
+
+def _chunk_factors(q, k, w, beta, c: int, plain: bool):
+    """The within-chunk half of ``_chunked_scores``, for q, k, w ``(B, m c, d)``,
+    beta ``(B, m c)``: q~, k~ ``(B, m, c, d)``, P^T ``(B, m, d, d)`` and the scores
+    within each chunk ``(B, m, c, c)`` (-inf above the diagonal)."""
+    big, n, d = q.shape
+    m = n // c
+    # one batch of (B m) chunks, 3-d so that every product is a bmm that reads its
+    # transposed operand in place (a 4-d matmul copies it, and keeps the copy)
+    qc, kc, wc = (t.reshape(big * m, c, d) for t in (q, k, w))
+    bw = beta.reshape(big * m, c, 1) * wc  # rows beta_t w_t
     ones = torch.ones(c, c, dtype=torch.bool, device=q.device)
     below, on_or_below = ones.tril(-1), ones.tril()
     # I + L,  L_ts = beta_t w_t . w_s  (s < t)
-    eye_l = torch.eye(c, dtype=work, device=q.device) + (bw @ wc.mT) * below
+    eye_l = torch.eye(c, dtype=q.dtype, device=q.device) + (bw @ wc.mT) * below
     # U = T W = (I + L)^{-1} B W,  T M = (I + L)^{-1} B M,  M_sj = w_s . k_j (s > j)
     u = torch.linalg.solve_triangular(eye_l, bw, upper=False, unitriangular=True)
     tm = torch.linalg.solve_triangular(
         eye_l, (bw @ kc.mT) * below, upper=False, unitriangular=True
-    )  # ((b h m), c, c)
+    )  # ((B m), c, c)
     qw = (qc @ wc.mT) * on_or_below  # q_i . w_s for s <= i
     # s_ij - q_i . k_j = - sum_{s<=i} (q_i . w_s) (T M)_sj, within a chunk
     intra = -(qw @ tm) + (qc @ kc.mT if plain else 0.0)
-    intra = intra.masked_fill(~on_or_below, float("-inf"))  # ((b h m), c, c)
+    intra = intra.masked_fill(~on_or_below, float("-inf"))  # ((B m), c, c)
     # q~_i = q_i - sum_{s<=i} (q_i . w_s) u_s,  k~_j = k_j - sum_t (T M)_tj w_t
-    q_start, k_end = qc - qw @ u, kc - tm.mT @ wc  # ((b h m), c, d)
+    q_start, k_end = qc - qw @ u, kc - tm.mT @ wc  # ((B m), c, d)
     # P^T = I - U^T W, each chunk's product, acting on rows
-    p_t = torch.eye(d, dtype=work, device=q.device) - u.mT @ wc  # ((b h m), d, d)
-    q_start, k_end, p_t, intra = (
-        t.view(b * h, m, *t.shape[1:]) for t in (q_start, k_end, p_t, intra)
-    )
-    q, k = q.reshape(b * h, m * c, d), k.reshape(b * h, m * c, d)
-    # s_ij = q~_i . (P_{a-1} ... P_{c(j)+1} k~_j) for j in earlier chunks
-    minus = (None, None) if plain else (q, k)  # - q_i . k_j
-    s = _ScoreRows.apply(q_start, k_end, p_t, intra, *minus)
-    s = s.view(b, h, m * c, m * c)
-    return s[:, :, :n, :n].to(out_dtype)  # (b, h, i, j)
+    p_t = torch.eye(d, dtype=q.dtype, device=q.device) - u.mT @ wc  # ((B m), d, d)
+    return tuple(t.view(big, m, *t.shape[1:]) for t in (q_start, k_end, p_t, intra))
+
+
+def _carry_keys(k_end, p_t) -> list[torch.Tensor]:
+    """keys[a] ``(B, a c, d)``: the k~ of chunks 0 .. a-1 carried to chunk a's start,
+    ``keys[a+1] = [keys[a] P_a^T ; k~_a]``."""
+    keys = [k_end.new_zeros(k_end.shape[0], 0, k_end.shape[-1])]
+    for a in range(k_end.shape[1] - 1):
+        keys.append(torch.cat([keys[a] @ p_t[:, a], k_end[:, a]], 1))
+    return keys
+
+
+class _ChunkedScores(torch.autograd.Function):
+    """``_chunked_scores`` on q, k, w ``(B, m c, d)``, beta ``(B, m c)`` ->
+    ``(B, m c, m c)``: row block a is ``[q~_a K_a^T | intra_a | -inf]``, ``K_a`` the
+    earlier keys carried to chunk a (minus ``q_a k_{<a}^T`` unless ``plain``),
+    written once into the output. Its backward recomputes the chunks' factors (with
+    autograd) and the carried keys, and keeps nothing but the inputs."""
+
+    @staticmethod
+    def forward(ctx, q, k, w, beta, c: int, plain: bool):
+        q_start, k_end, p_t, intra = _chunk_factors(q, k, w, beta, c, plain)
+        big, m = q_start.shape[:2]
+        out = q.new_full((big, m * c, m * c), float("-inf"))
+        for a, keys in enumerate(_carry_keys(k_end, p_t)):
+            rows = out[:, a * c : (a + 1) * c]  # (B, c, m c)
+            rows[:, :, a * c : (a + 1) * c] = intra[:, a]
+            if a:
+                # s_ij = q~_i . (P_{a-1} ... P_{c(j)+1} k~_j), j in earlier chunks
+                block = q_start[:, a] @ keys.mT  # (B, c, a c)
+                if not plain:  # - q_i . k_j
+                    q_a, k_before = q[:, a * c : (a + 1) * c], k[:, : a * c]
+                    block.baddbmm_(q_a, k_before.mT, alpha=-1)
+                rows[:, :, : a * c] = block
+        ctx.save_for_backward(q, k, w, beta)
+        ctx.c, ctx.plain = c, plain
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        c, plain = ctx.c, ctx.plain
+        inputs = [t.detach().requires_grad_() for t in ctx.saved_tensors]
+        q, k, _, _ = inputs
+        with torch.enable_grad():
+            factors = _chunk_factors(*inputs, c, plain)
+        q_start, k_end, p_t, _ = (t.detach() for t in factors)
+        m = q_start.shape[1]
+        keys = _carry_keys(k_end, p_t)
+        d_q_start, d_k_end, d_p_t = (torch.zeros_like(t) for t in (q_start, k_end, p_t))
+        d_intra = torch.stack(
+            [g[:, a * c : (a + 1) * c, a * c : (a + 1) * c] for a in range(m)], 1
+        )
+        d_q, d_k = torch.zeros_like(q), torch.zeros_like(k)
+        d_next = None  # the gradient of keys[a + 1]
+        for a in range(m - 1, -1, -1):
+            d_keys = keys[a].new_zeros(keys[a].shape)
+            if d_next is not None:  # keys[a+1] = [keys[a] P_a^T ; k~_a]
+                d_k_end[:, a] = d_next[:, a * c :]
+                d_p_t[:, a] = keys[a].mT @ d_next[:, : a * c]
+                d_keys += d_next[:, : a * c] @ p_t[:, a].mT
+            if a:  # row block a = q~_a keys[a]^T (- q_a k_{<a}^T)
+                g_a = g[:, a * c : (a + 1) * c, : a * c]  # (B, c, a c)
+                d_q_start[:, a] = g_a @ keys[a]
+                d_keys += g_a.mT @ q_start[:, a]
+                if not plain:
+                    d_q[:, a * c : (a + 1) * c] -= g_a @ k[:, : a * c].detach()
+                    d_k[:, : a * c] -= g_a.mT @ q[:, a * c : (a + 1) * c].detach()
+            d_next = d_keys
+        grads = torch.autograd.grad(
+            factors, inputs, (d_q_start, d_k_end, d_p_t, d_intra), allow_unused=True
+        )
+        grads = [torch.zeros_like(t) if d is None else d for d, t in zip(grads, inputs)]
+        return grads[0] + d_q, grads[1] + d_k, grads[2], grads[3], None, None
 
 
 def path_scores(
