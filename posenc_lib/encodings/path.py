@@ -35,6 +35,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from ..base import Context, PositionalEncoding
 from ..registry import register
@@ -205,6 +206,7 @@ class _ChunkedScores(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable  # no gradient of the gradient: refused, not wrong
     def backward(ctx, g):
         c, plain = ctx.c, ctx.plain
         inputs = [t.detach().requires_grad_() for t in ctx.saved_tensors]
@@ -304,6 +306,10 @@ def path_attention(
     forget gates <= 0 (PaTH-FoX): ``D_ij = sum_{l=j+1..i} log f_l``, added *after*
     the scale, as in FoX (fla adds its ``g`` before: pass ``log_f = scale * g``).
     ``scale`` defaults to 1/sqrt(d). Tokens are in position order.
+
+    The scores come from the loop over diagonals (``_diagonal_scores``), the
+    readable definition whose cost the book's chapter measures; ``path_scores`` and
+    the layer use the chunked form (``_chunked_scores``), equal to it.
     """
     _check(q, k, w, beta)
     if not isinstance(v, torch.Tensor) or v.dim() != 4 or v.shape[:3] != q.shape[:3]:
