@@ -170,6 +170,25 @@ def test_chunked_scores_pass_gradcheck():
     )
 
 
+@pytest.mark.parametrize("d", [8, 32])
+def test_chunked_scores_keep_no_n_by_n_by_d_tensor_for_the_backward(d):
+    """Forward and backward over 512 tokens peak at a few n x n score matrices (the
+    backward's carried keys add n^2 d / 2C numbers for a while); the loop's autograd
+    keeps O(n^2 d): 12 matrices at d = 16."""
+    g = torch.Generator().manual_seed(0)
+    b, h, n = 1, 2, 512
+    q, k, w = (torch.randn(b, h, n, d, generator=g).requires_grad_() for _ in "qkw")
+    beta = (2 * torch.rand(b, h, n, generator=g)).requires_grad_()
+    seen = torch.ones(n, n, dtype=torch.bool).tril()
+
+    def forward_backward():
+        s = path._chunked_scores(q, k, F.normalize(w, dim=-1), beta)
+        s.masked_fill(~seen, 0.0).sum().backward()
+
+    _, peak = pl.tensor_memory(forward_backward)
+    assert peak < 5 * (b * h * n * n * 4)  # bytes of 5 float32 score matrices
+
+
 @pytest.mark.parametrize("gate", [False, True])
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_layer_on_several_chunks_equals_the_loop(gate, shuffle):
