@@ -242,6 +242,17 @@ def test_path_attention_matches_fla_naive_path_attn(name):
     assert_close(out, fla_to_ours(case["out"]), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("chunk", [3, 16, 64])
+@pytest.mark.parametrize(
+    "name", ["plain", "plain_near_2", "plain_raw_w", "plain_two_chunks"]
+)
+def test_chunked_scores_match_fla_naive_path_attn(name, chunk):
+    case = CASES[name]
+    q, k, v, w, beta = (fla_to_ours(case[key]) for key in ("q", "k", "v", "w", "beta"))
+    s = path._chunked_scores(q, k, w, beta, chunk) * case["scale"]
+    assert_close(s.softmax(-1) @ v, fla_to_ours(case["out"]), rtol=1e-4, atol=1e-4)
+
+
 def test_layer_matches_fla_layer_transforms_and_output():
     case = CASES["layer"]
     x = torch.tensor(case["x"], dtype=torch.float64)

@@ -21,6 +21,12 @@ Reference: ``naive_path_attn`` in ``fla/ops/path_attn/naive.py`` and the layer
 github.com/fla-org/flash-linear-attention (read at commit bc3b101d).
 ``path_attention`` equals ``naive_path_attn`` with ``g = 0`` (tests/test_path.py).
 
+**How the scores are computed.** ``_diagonal_scores`` is the definition: n - 1
+steps, one transform per step for every query. The layer and ``path_scores`` use
+``_chunked_scores``, the paper's and fla's algorithm: chunks of 64 tokens, the
+product of each chunk's transforms in compact WY form ``I - W^T T W`` (T from one
+triangular solve, the UT transform), and one step per chunk across chunks.
+
 **The gate convention.** fla adds the log gates *before* the softmax scale, in the
 reference and in the Triton kernel (``(s + g_i - g_j) * scale``): its gate is
 ours multiplied by 1/scale. The library keeps FoX's convention (the gate added after
