@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 import posenc_lib as pl
+from posenc_lib.encodings import path
 
 GOLDEN = json.loads(
     (pathlib.Path(__file__).parent / "golden" / "path_fla.json").read_text()
@@ -100,6 +101,124 @@ def test_encoding_equals_path_attention_with_its_own_w_and_beta():
             assert_close(out, expected)
 
 
+# ---------------------------------------------------------------- the chunked form
+
+# (b, h, n, d, chunk): one chunk, n a multiple of the chunk, not one, n < chunk, n = 1
+SHAPES = [
+    (2, 3, 7, 4, 3),
+    (1, 2, 12, 8, 4),
+    (2, 1, 13, 5, 4),
+    (1, 1, 5, 4, 64),
+    (1, 2, 1, 3, 4),
+    (3, 2, 9, 6, 9),
+    (1, 1, 150, 8, 64),
+]
+
+
+def finite(s):
+    """Scores with the -inf above the diagonal set to 0, to differentiate a sum."""
+    return s.masked_fill(~torch.isfinite(s), 0.0)
+
+
+@pytest.mark.parametrize("b, h, n, d, chunk", SHAPES)
+def test_chunked_scores_equal_the_loop_over_diagonals(b, h, n, d, chunk):
+    q, k, _, w, beta = random_call(b, h, n, d, seed=n + chunk)
+    loop = path._diagonal_scores(q, k, w, beta)
+    assert_close(path._chunked_scores(q, k, w, beta, chunk), loop)
+    # plain=False: what PaTH adds to the plain logit q_i . k_j
+    added = path._chunked_scores(q, k, w, beta, chunk, plain=False)
+    assert_close(added, loop - q @ k.mT)
+    f32 = [t.float() for t in (q, k, w, beta)]
+    got = path._chunked_scores(*f32, chunk)
+    assert got.dtype == torch.float32
+    assert_close(got, path._diagonal_scores(*f32), rtol=1e-5, atol=1e-5)
+
+
+def test_chunked_scores_of_an_empty_sequence_are_empty():
+    q, k, _, w, beta = random_call(n=0)
+    assert path._chunked_scores(q, k, w, beta).shape == (2, 2, 0, 0)
+
+
+@pytest.mark.parametrize("beta_range", [(0.0, 0.0), (2.0, 2.0), (0.95, 1.05)])
+def test_chunked_scores_at_the_ends_of_the_beta_range(beta_range):
+    """beta = 0 (identity), 2 (reflections) and near 1 (near-projections)."""
+    q, k, _, w, beta = random_call(2, 2, 37, 6, seed=3, beta_range=beta_range)
+    loop = path._diagonal_scores(q, k, w, beta)
+    for chunk in (1, 8, 16, 64):
+        assert_close(path._chunked_scores(q, k, w, beta, chunk), loop)
+
+
+@pytest.mark.parametrize("b, h, n, d, chunk", SHAPES)
+def test_chunked_scores_have_the_gradients_of_the_loop(b, h, n, d, chunk):
+    inputs = [t.requires_grad_(True) for t in random_call(b, h, n, d, seed=n)]
+    q, k, _, w, beta = inputs
+    weight = torch.randn(b, h, n, n, dtype=torch.float64)
+    grads = []
+    for scores in (path._diagonal_scores, path._chunked_scores):
+        args = (q, k, w, beta) + ((chunk,) if scores is path._chunked_scores else ())
+        loss = (finite(scores(*args)) * weight).sum()
+        # n = 1 uses no transform: the loop's graph then lacks w and beta (zero)
+        grads.append(torch.autograd.grad(loss, (q, k, w, beta), materialize_grads=True))
+    for loop, chunked in zip(*grads):
+        assert_close(chunked, loop)
+
+
+def test_chunked_scores_pass_gradcheck():
+    q, k, _, w, beta = (t.requires_grad_(True) for t in random_call(1, 2, 7, 3))
+    assert torch.autograd.gradcheck(
+        lambda *a: finite(path._chunked_scores(*a, 3)), (q, k, w, beta)
+    )
+
+
+@pytest.mark.parametrize("d", [8, 32])
+def test_chunked_scores_keep_no_n_by_n_by_d_tensor_for_the_backward(d):
+    """Forward and backward over 512 tokens peak at a few n x n score matrices (the
+    backward's carried keys add n^2 d / 2C numbers for a while); the loop's autograd
+    keeps O(n^2 d): 12 matrices at d = 16."""
+    g = torch.Generator().manual_seed(0)
+    b, h, n = 1, 2, 512
+    q, k, w = (torch.randn(b, h, n, d, generator=g).requires_grad_() for _ in "qkw")
+    beta = (2 * torch.rand(b, h, n, generator=g)).requires_grad_()
+    seen = torch.ones(n, n, dtype=torch.bool).tril()
+
+    def forward_backward():
+        s = path._chunked_scores(q, k, F.normalize(w, dim=-1), beta)
+        s.masked_fill(~seen, 0.0).sum().backward()
+
+    _, peak = pl.tensor_memory(forward_backward)
+    assert peak < 5 * (b * h * n * n * 4)  # bytes of 5 float32 score matrices
+
+
+@pytest.mark.parametrize("gate", [False, True])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_layer_on_several_chunks_equals_the_loop(gate, shuffle):
+    """150 tokens (three chunks of 64, the last part full), positions in order (a
+    run: nothing sorted) or shuffled: the bias and both attention paths equal the
+    loop's, in token order."""
+    torch.manual_seed(0)
+    n, b = 150, 2
+    pe = pl.PaTHAttention(8, 2, forget_gate=gate).double()
+    x = torch.randn(b, n, 8, dtype=torch.float64)
+    q, k, v, _, _ = random_call(b, 2, n, 4, seed=1)
+    pos = torch.randperm(n)[None] if shuffle else torch.arange(n)[None]
+    w, beta = pe.transforms(x)
+    order = pos[0].argsort()
+    rank = order.argsort()
+    s = path._diagonal_scores(*(t[:, :, order] for t in (q, k, w, beta)))
+    s = s[:, :, rank][:, :, :, rank]  # token order, -inf where j is after i
+    bias = (s - q @ k.mT) / 2  # scale 1 / sqrt(4)
+    if gate:
+        log_f = F.logsigmoid(pe.gate(x)).transpose(1, 2)
+        bias = bias + pl.forgetting_bias(log_f, pos)
+    assert_close(pe.score_bias(q, k, pos, pos, pl.Context(x=x)), bias)
+    expected = ((q @ k.mT) / 2 + bias).softmax(-1) @ v
+    for path_ in ("slow", "fast"):
+        out = pl.attention(
+            q, k, v, pe, q_pos=pos, k_pos=pos, causal=True, x=x, path=path_
+        )
+        assert_close(out, expected)
+
+
 # ---------------------------------------------------------------- parity with fla
 
 
@@ -121,6 +240,17 @@ def test_path_attention_matches_fla_naive_path_attn(name):
     log_f = scale * g if name == "gated" else None
     out = pl.path_attention(q, k, v, w, beta, log_f=log_f, scale=scale)
     assert_close(out, fla_to_ours(case["out"]), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("chunk", [3, 16, 64])
+@pytest.mark.parametrize(
+    "name", ["plain", "plain_near_2", "plain_raw_w", "plain_two_chunks"]
+)
+def test_chunked_scores_match_fla_naive_path_attn(name, chunk):
+    case = CASES[name]
+    q, k, v, w, beta = (fla_to_ours(case[key]) for key in ("q", "k", "v", "w", "beta"))
+    s = path._chunked_scores(q, k, w, beta, chunk) * case["scale"]
+    assert_close(s.softmax(-1) @ v, fla_to_ours(case["out"]), rtol=1e-4, atol=1e-4)
 
 
 def test_layer_matches_fla_layer_transforms_and_output():
