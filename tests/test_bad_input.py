@@ -474,10 +474,13 @@ CLASSES = {
         ValueError,
         "x holds NaN or infinite values",
     ),  # fmt: skip
-    "FoX's gates of a NaN layer input": (
-        lambda: _make("fox", 16, 2).log_forget_gates(
-            _with(torch.randn(1, 5, 16), math.nan)
-        ),
+    "FoX's bias asked for on its own, of a NaN layer input": (
+        lambda: _make("fox", 16, 2).call_hook(
+            "score_bias",
+            *(_q(h=2),) * 2,
+            *(torch.arange(5)[None],) * 2,
+            ctx=pl.Context(x=_with(torch.randn(1, 5, 16), math.nan), causal=True),
+        ),  # fmt: skip
         ValueError,
         "x holds NaN or infinite values",
     ),

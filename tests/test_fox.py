@@ -311,3 +311,22 @@ def test_registry_builds_fox_with_the_model_sizes():
     assert isinstance(pe, pl.ForgettingAttention) and pe.causal_only
     assert pe.gate.weight.shape == (6, 48) and pe.gate.bias.shape == (6,)
     assert not pe.needs_score_path  # a bias only: the fused path
+
+
+def test_a_variant_that_overrides_the_gates_is_what_the_layer_uses():
+    """``log_forget_gates`` is the hook a variant overrides (the chapter's fixed-gate
+    FoX does): every path computes with the variant's gates, never the base ones."""
+
+    class NoForgetting(pl.ForgettingAttention):  # f = 1 everywhere: NoPE
+        def log_forget_gates(self, x):
+            return x.new_zeros(x.shape[0], self.n_heads, x.shape[1])
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 6, 8, generator=g) for _ in range(3))
+    x = torch.randn(2, 6, 32, generator=g)
+    want = pl.attention(q, k, v, pl.NoPE(), causal=True)
+    for path in ("slow", "fast"):
+        got = pl.attention(q, k, v, NoForgetting(32, 4), causal=True, x=x, path=path)
+        assert_close(got, want)
+    base = pl.attention(q, k, v, pl.ForgettingAttention(32, 4), causal=True, x=x)
+    assert (base - want).abs().max() > 1e-3  # the base gates (1/2) do forget

@@ -165,19 +165,12 @@ class ForgettingAttention(PositionalEncoding):
         nn.init.zeros_(self.gate.bias)  # f_t = sigmoid(0) = 1/2 before training
 
     def log_forget_gates(self, x: torch.Tensor) -> torch.Tensor:
-        """Layer input ``(b, n, D)`` -> log forget gates ``(b, h, n)``. ``x`` must be
-        finite: a NaN gate would make every later score NaN."""
+        """Layer input ``(b, n, D)`` -> log forget gates ``(b, h, n)``: the hook a
+        variant overrides (its gates from x). ``x`` must be finite: ``pl.attention``
+        checks it once with q, k, v, and a bias asked for on its own checks it here
+        (``score_bias`` with a context of no positions), so a layer adds no host
+        sync."""
         self._check_x(x)
-        if not compiling() and not torch.isfinite(x).all():
-            raise ValueError(
-                "x holds NaN or infinite values; FoX's forget gates are defined for a "
-                "finite layer input"
-            )
-        return self._log_gates(x)
-
-    def _log_gates(self, x: torch.Tensor) -> torch.Tensor:
-        """``log_forget_gates`` of an ``x`` already checked (``pl.attention`` checks
-        it once with q, k, v: no host sync per layer)."""
         # log f_t = log sigmoid(w_h . x_t + b_h), stable for any logit (never -inf)
         return F.logsigmoid(self.gate(x)).transpose(1, 2)  # (b, h, n)
 
@@ -207,10 +200,15 @@ class ForgettingAttention(PositionalEncoding):
                 f"through MultiHeadAttention with a KVCache; got {q.shape[2]} queries, "
                 f"{k.shape[2]} keys and x of {x.shape[1]} tokens"
             )
-        if ctx.positions is None:  # a hook called on its own: x was not checked
-            return self.log_forget_gates(x)  # (b, h, j)
-        self._check_x(x)
-        return self._log_gates(x)  # (b, h, j)
+        if ctx.positions is None and not compiling():  # called on its own: x was
+            # not checked with q, k, v
+            self._check_x(x)
+            if not torch.isfinite(x).all():
+                raise ValueError(
+                    "x holds NaN or infinite values; FoX's forget gates are defined "
+                    "for a finite layer input"
+                )
+        return self.log_forget_gates(x)  # (b, h, j): a variant's own gates
 
     def score_bias(
         self,
