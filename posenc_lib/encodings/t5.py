@@ -164,18 +164,19 @@ class T5RelativeBias(PositionalEncoding):
             buckets = self.buckets(q_pos, k_pos)  # (b|1, i, j)
             return self.bias[buckets].permute(0, 3, 1, 2).to(q.dtype)
         facts = position_facts(q_pos, k_pos, ctx)
-        per_offset = self.per_offset(facts.lo, facts.hi).to(q.dtype)  # (h, L)
+        per_offset = self.per_offset(facts.lo, facts.hi)  # (h, L)
         i, j = q_pos.shape[1], k_pos.shape[1]
         if facts.run:  # offsets s - t - (j - i): a Toeplitz matrix, L = i + j - 1
             # windows[h, w, s] = per_offset[h, w + s]; row t is window i - 1 - t
             windows = per_offset.unfold(1, j, 1)  # (h, i, j), a view
-            return windows.flip(1)[None]  # (1, h, i, j)
+            # cast last, as the grid did: the gradient is summed in the table's dtype
+            return windows.flip(1)[None].to(q.dtype)  # (1, h, i, j)
         # b_h[bucket(k_pos[j] - q_pos[i])] = per_offset[h, k_pos[j] - q_pos[i] - lo]
         index = k_pos[:, None, :] - q_pos[:, :, None] - facts.lo  # (b|1, i, j)
         rows = index.shape[0]
         flat = index.reshape(1, -1).expand(self.n_heads, -1)  # (h, b|1 * i * j)
         bias = per_offset.gather(1, flat).view(self.n_heads, rows, i, j)
-        return bias.transpose(0, 1)  # (b|1, h, i, j)
+        return bias.transpose(0, 1).to(q.dtype)  # (b|1, h, i, j)
 
     def score_mod(self, q_pos: torch.Tensor, k_pos: torch.Tensor):
         """FlexAttention form: ``score + b_h[bucket(j - i)]``, read from a table over
