@@ -98,7 +98,7 @@ def explicit_blocks(q, k, v, attn_mask, scale) -> torch.Tensor:
     ``(i, j)``, with a softmax guarded against rows without a key (which the
     boundary has refused). The same maths here, in blocks of queries, each against
     only the keys it sees (about half of them): ``(b, h, i, e)``."""
-    i, j = q.shape[2], k.shape[2]
+    i, j, dtype = q.shape[2], k.shape[2], v.dtype
     work = torch.promote_types(q.dtype, torch.float32)  # half precision: as SDPA
     q, k, v = q.to(work) * scale, k.to(work), v.to(work)  # scale (i, d), not (i, j)
     out = []
@@ -111,4 +111,4 @@ def explicit_blocks(q, k, v, attn_mask, scale) -> torch.Tensor:
         scores = torch.einsum("bhid,bhjd->bhij", q[:, :, start:stop], k[:, :, :seen])
         weights = (scores + rows[..., :seen]).softmax(-1)
         out.append(torch.einsum("bhij,bhje->bhie", weights, v[:, :, :seen]))
-    return torch.cat(out, dim=2).to(v.dtype)  # (b, h, i, e)
+    return torch.cat(out, dim=2).to(dtype)  # (b, h, i, e)
