@@ -107,6 +107,26 @@ def test_a_causal_bias_runs_in_blocks_that_skip_unseen_keys(sdpa_calls):
     assert_close(out, pl.attention(q, k, v, pe, causal=True, path="slow"))
 
 
+@pytest.mark.parametrize("i", [600, 300], ids=["self", "kv cache"])
+def test_a_learned_causal_bias_trains_in_blocks_on_a_cpu(sdpa_calls, i):
+    """A bias that needs a gradient: PyTorch's CPU kernels do not differentiate a
+    mask, so the fused backend does the kernel's maths itself, in the same blocks;
+    output and every gradient equal the reference's."""
+    pe = pl.T5RelativeBias(4).double()
+    q, k, v = qkv(b=2, i=i, j=600, d=4, grad=True)
+    leaves = (q, k, v, pe.bias)
+    w = torch.randn(2, 4, i, 4, dtype=torch.float64)
+    fast = pl.attention(q, k, v, pe, causal=True)
+    assert sdpa_calls == []  # explicit: no kernel call would differentiate the bias
+    slow = pl.attention(q, k, v, pe, causal=True, path="slow")
+    assert_close(fast, slow)
+    for got, want in zip(
+        torch.autograd.grad((fast * w).sum(), leaves),
+        torch.autograd.grad((slow * w).sum(), leaves),
+    ):
+        assert_close(got, want)
+
+
 # ---- reuse: once per forward pass, nothing across calls ---------------------------
 
 
@@ -344,17 +364,18 @@ def test_a_score_mod_that_does_not_fit_the_call_is_refused_before_compiling():
         pl.attention(q, k, v, PerHead(), causal=True, path="flex")
 
 
-def test_a_bias_that_needs_a_gradient_goes_to_the_kernel_in_one_call(sdpa_calls):
-    """In training, a learned bias (T5's table) makes the mask need a gradient, which
-    the kernel computes on its explicit route: blocks of queries would only repeat
-    it. Without a gradient (inference) the blocks stay."""
+def test_a_bias_that_needs_a_gradient_runs_without_the_kernel_on_a_cpu(sdpa_calls):
+    """In training, a learned bias (T5's table) makes the mask need a gradient,
+    which PyTorch's CPU kernels do not compute (the kernel's math route would, over
+    every (i, j)): the backend does that maths itself, in the blocks. Without a
+    gradient (inference) the kernel runs the blocks."""
     pe = pl.make_encoding("t5", d_model=16, n_heads=4, max_len=600).double()
     q, k, v = qkv(b=1, i=600, j=600, d=4)
     out = pl.attention(q, k, v, pe, causal=True)
-    assert len(sdpa_calls) == 1
+    assert len(sdpa_calls) == 0
     out.sum().backward()
     assert pe.bias.grad is not None
     with torch.no_grad():
         pl.attention(q, k, v, pe, causal=True)
-    assert len(sdpa_calls) == 4  # 256, 512, 600
+    assert len(sdpa_calls) == 3  # 256, 512, 600
     assert_close(out, pl.attention(q, k, v, pe, causal=True, path="slow"))

@@ -149,3 +149,69 @@ def test_bad_arguments_are_clear_errors():
             torch.arange(3)[None],
             torch.arange(3)[None],
         )
+
+
+def _bias_by_buckets(pe, q_pos, k_pos):
+    """The formula itself: ``b_h[bucket(j - i)]`` over the ``(i, j)`` grid of
+    buckets, ``(b|1, h, i, j)``."""
+    return pe.bias[pe.buckets(q_pos, k_pos)].permute(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize(
+    "case", ["run", "shifted run", "kv cache", "gaps", "per batch", "more queries"]
+)
+def test_bias_from_the_offset_table_equals_the_bucket_grid_and_its_gradient(
+    case, bidirectional, dtype
+):
+    """``score_bias`` reads a per-offset table (a Toeplitz view for runs, a gather
+    otherwise); forward and the gradient of the bucket table equal the formula's."""
+    g = torch.Generator().manual_seed(0)
+    n = 300  # past max_distance: every bucket, the last one shared by many offsets
+    q_pos = k_pos = torch.arange(n)[None]
+    if case == "shifted run":
+        q_pos = k_pos = torch.arange(n)[None] + 1000
+    elif case == "kv cache":  # 7 new queries, the last of the keys
+        q_pos, k_pos = torch.arange(n - 7, n)[None], torch.arange(n)[None]
+    elif case == "gaps":
+        k_pos = torch.randint(0, 5, (1, n), generator=g).cumsum(-1)
+        q_pos = k_pos[:, ::3]
+    elif case == "per batch":
+        k_pos = torch.randint(0, 4, (2, n), generator=g).cumsum(-1)
+        q_pos = k_pos.flip(-1)[:, :50]
+    elif case == "more queries":
+        q_pos, k_pos = torch.arange(n)[None], torch.arange(40, 140)[None]
+    pe = pl.T5RelativeBias(4, bidirectional=bidirectional).to(dtype)
+    b = max(q_pos.shape[0], k_pos.shape[0])
+    q = torch.zeros(b, 4, q_pos.shape[1], 8, dtype=dtype)
+    k = torch.zeros(b, 4, k_pos.shape[1], 8, dtype=dtype)
+    bias = pe.score_bias(q, k, q_pos, k_pos)
+    want = _bias_by_buckets(pe, q_pos, k_pos)
+    assert bias.shape == want.shape and bias.dtype == dtype
+    assert torch.equal(bias.detach(), want.detach())  # a gather: bit for bit
+    grad = torch.randn(bias.shape, generator=g, dtype=dtype)
+    (got,) = torch.autograd.grad(bias, pe.bias, grad)
+    (expected,) = torch.autograd.grad(want, pe.bias, grad)
+    # the same sums, in another order: float32 rounds them differently, within a
+    # few units of its epsilon of the largest sum (tens of thousands of terms)
+    if dtype == torch.float64:
+        assert_close(got, expected)
+    else:
+        assert_close(got, expected, atol=1e-5 * float(expected.abs().max()), rtol=1e-5)
+
+
+def test_bias_inside_attention_equals_the_bucket_grid_on_every_path():
+    """The model's calls hand ``score_bias`` their ``Positions`` (no host sync):
+    causal and bidirectional, default and explicit positions."""
+    pe = pl.make_encoding("t5", d_model=32, n_heads=4, max_len=64).double()
+    q, k, v = (torch.randn(2, 4, 20, 8, dtype=torch.float64) for _ in range(3))
+    for pos in (None, torch.tensor([[0, 2, 3, 9, 10] * 4]).cumsum(-1)):
+        for causal in (False, True):
+            p = torch.arange(20)[None] if pos is None else pos
+            want = (q @ k.transpose(-1, -2) + _bias_by_buckets(pe, p, p)).masked_fill(
+                causal & (p[:, None, :] > p[:, :, None])[:, None], float("-inf")
+            )
+            for path in ("fast", "slow"):
+                out = pl.attention(q, k, v, pe, pos, pos, causal=causal, path=path)
+                assert_close(out, want.softmax(-1) @ v)

@@ -6,7 +6,9 @@ one float mask. It costs what the maths costs:
 
 * causal attention in token order (``Positions.ordered``) builds nothing ``n x n``
   without a bias: the kernel's own causal mode (or a small triangle for a KV cache);
-* with a bias, the queries go in blocks, each against only the keys it can see;
+* with a bias, the queries go in blocks, each against only the keys it can see (on
+  a CPU, a bias that needs a gradient too: the same maths, explicitly, since its
+  kernels do not differentiate a mask);
 * a bias in the encoding's ``reuse`` is built once per forward pass, merged with its
   mask, and shared by every layer.
 """
@@ -63,9 +65,12 @@ def run(q, k, v, attn_mask, scale, ordered: bool) -> torch.Tensor:
     """The kernel; in token order (``ordered``), blocks of queries skip the keys
     that none of them sees."""
     i, j = q.shape[2], k.shape[2]
-    # a mask that needs a gradient (a learned bias, in training) sends the kernel
-    # down its explicit route: one call then beats blocks of it
-    if not ordered or (attn_mask is not None and attn_mask.requires_grad):
+    learned = attn_mask is not None and attn_mask.requires_grad
+    if ordered and learned and q.device.type == "cpu":
+        return explicit_blocks(q, k, v, attn_mask, scale)
+    # on a GPU a mask that needs a gradient (a learned bias, in training) goes to
+    # the memory-efficient kernel, which differentiates it: one call beats blocks
+    if not ordered or learned:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
     if attn_mask is None:
         if i == j:  # the kernel's causal mode is top-left aligned: right when i == j
@@ -85,3 +90,25 @@ def run(q, k, v, attn_mask, scale, ordered: bool) -> torch.Tensor:
             )
         )
     return torch.cat(out, dim=2)  # (b, h, i, e)
+
+
+def explicit_blocks(q, k, v, attn_mask, scale) -> torch.Tensor:
+    """Token order, a mask that needs a gradient, on a CPU: PyTorch's CPU kernels do
+    not differentiate a mask, so the kernel would take its math route over every
+    ``(i, j)``, with a softmax guarded against rows without a key (which the
+    boundary has refused). The same maths here, in blocks of queries, each against
+    only the keys it sees (about half of them): ``(b, h, i, e)``."""
+    i, j, dtype = q.shape[2], k.shape[2], v.dtype
+    work = torch.promote_types(q.dtype, torch.float32)  # half precision: as SDPA
+    q, k, v = q.to(work) * scale, k.to(work), v.to(work)  # scale (i, d), not (i, j)
+    out = []
+    # split, not slices: its backward is one concatenation, not a zero-filled
+    # (i, j) gradient per block
+    for start, rows in zip(range(0, i, BLOCK), attn_mask.split(BLOCK, dim=-2)):
+        stop = start + rows.shape[-2]
+        seen = stop + j - i  # the block's last query sees keys 0 .. seen - 1
+        # omega = (q * scale) k^T + mask,  alpha = softmax_j(omega),  z = alpha v
+        scores = torch.einsum("bhid,bhjd->bhij", q[:, :, start:stop], k[:, :, :seen])
+        weights = (scores + rows[..., :seen]).softmax(-1)
+        out.append(torch.einsum("bhij,bhje->bhie", weights, v[:, :, :seen]))
+    return torch.cat(out, dim=2).to(dtype)  # (b, h, i, e)
