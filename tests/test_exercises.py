@@ -89,15 +89,22 @@ def test_planted_wrong_answers_get_their_own_message(label):
         )
 
 
-@pytest.mark.parametrize("label", sorted(CHECKS))
-def test_the_stub_as_given_is_not_yet_right_and_does_not_crash(label):
-    check = CHECKS[label]
-    nb = json.loads((ROOT / "book" / f"{check.chapter}.ipynb").read_text())
+def _chapter_and_name(label: str) -> tuple[dict, str]:
+    """The chapter notebook (JSON) of check ``label`` and the name its check cell
+    passes (the function or value the reader writes)."""
+    nb = json.loads((ROOT / "book" / f"{CHECKS[label].chapter}.ipynb").read_text())
     name = next(
         m[2]
         for c in nb["cells"]
         if (m := CHECK_CALL.search("".join(c["source"]))) and m[1] == label
     )
+    return nb, name
+
+
+@pytest.mark.parametrize("label", sorted(CHECKS))
+def test_the_stub_as_given_is_not_yet_right_and_does_not_crash(label):
+    check = CHECKS[label]
+    _, name = _chapter_and_name(label)
     namespace = {"torch": torch, "pl": pl}
     exec(check.stub, namespace)
     assert name in namespace, f"{label}: the stub does not define {name}"
@@ -160,13 +167,7 @@ def _solution(label: str):
     usual imports), else None (it reads names the chapter defined before it)."""
     from tools.build.student_edition import solution_code
 
-    check = CHECKS[label]
-    nb = json.loads((ROOT / "book" / f"{check.chapter}.ipynb").read_text())
-    name = next(
-        m[2]
-        for c in nb["cells"]
-        if (m := CHECK_CALL.search("".join(c["source"]))) and m[1] == label
-    )
+    nb, name = _chapter_and_name(label)
     head = "import math\nimport numpy as np\nimport torch\nimport posenc_lib as pl\n"
     namespace: dict = {}
     registry, sized = dict(pl.REGISTRY), set(pl.registry.NEEDS_MAX_LEN)
