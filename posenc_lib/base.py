@@ -51,6 +51,16 @@ FOUR_TERMS: tuple[str, ...] = (
     "content-content", "content-position", "position-content", "position-position",
 )  # fmt: skip
 
+def _autocast_on(device_type: str) -> bool:
+    """Whether ``torch.autocast`` is on for this device type (any torch >= 2.2)."""
+    try:
+        return torch.is_autocast_enabled(device_type)  # torch >= 2.4
+    except TypeError:
+        if device_type == "cpu":
+            return torch.is_autocast_cpu_enabled()
+        return device_type == "cuda" and torch.is_autocast_enabled()
+
+
 # The hooks whose first argument is what enters the encoding (x, or q): its dtype is
 # checked against the encoding's parameters there (later hooks see float32 scores).
 _INPUT_HOOKS = frozenset({"encode_input", "transform_qk", "score_bias"})
@@ -174,9 +184,13 @@ class PositionalEncoding(nn.Module):
         dtype", came from deep inside a hook). An encoding without parameters (RoPE,
         ALiBi, the sinusoid) computes in its input's dtype; one with parameters is
         cast with its model (``model.to(dtype)``), or on its own (``pe.to(dtype)``).
-        Checked once per call, where the input enters (``call_hook``)."""
+        Checked once per call, where the input enters (``call_hook``); not under
+        ``torch.autocast``, which runs mixed dtypes by design (float32 parameters,
+        half-precision activations)."""
+        if not isinstance(t, torch.Tensor) or _autocast_on(t.device.type):
+            return  # under autocast, mixed dtypes are autocast's to resolve
         held = next((p.dtype for p in self.parameters() if p.is_floating_point()), None)
-        if held is not None and isinstance(t, torch.Tensor) and t.dtype != held:
+        if held is not None and t.dtype != held:
             raise TypeError(
                 f"{name} is {t.dtype} but this {type(self).__name__} holds {held} "
                 f"parameters: cast one to the other (pe.to({t.dtype}), or "

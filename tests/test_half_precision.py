@@ -176,3 +176,24 @@ def test_lie_rotations_are_finite_and_right_in_half_precision(key, dtype, device
     # R R^T = I, to the dtype's rounding of R
     gap = (rot.float() @ rot.float().mT - torch.eye(8, device=device)).abs().max()
     assert gap <= TOL[dtype], f"{key}: max |R R^T - I| = {float(gap):.3g} in {dtype}"
+
+
+# encodings with learned parameters that a model builds by name on plain positions
+AUTOCAST = ["t5", "fox", "shaw", "path", "path_fox", "tener", "transformer_xl", "sink"]
+
+
+@pytest.mark.parametrize("name", AUTOCAST)
+def test_a_model_trains_under_autocast(name):
+    """torch.autocast keeps float32 parameters and computes in bfloat16: an encoding
+    with parameters meets bfloat16 q there, by design, and must not refuse it (the
+    dtype check of PositionalEncoding.call_hook stands aside under autocast)."""
+    torch.manual_seed(0)
+    model = pl.TinyTransformer(16, 32, 4, 1, pe=name)
+    tokens = torch.randint(0, 16, (2, 8))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(tokens, causal=True)
+    logits.float().sum().backward()
+    assert torch.isfinite(logits.float()).all()
+    assert all(
+        p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters()
+    )
