@@ -51,6 +51,7 @@ FOUR_TERMS: tuple[str, ...] = (
     "content-content", "content-position", "position-content", "position-position",
 )  # fmt: skip
 
+
 def _autocast_on(device_type: str) -> bool:
     """Whether ``torch.autocast`` is on for this device type (any torch >= 2.2)."""
     try:
