@@ -66,6 +66,11 @@ def _autocast_on(device_type: str) -> bool:
 # checked against the encoding's parameters there (later hooks see float32 scores).
 _INPUT_HOOKS = frozenset({"encode_input", "transform_qk", "score_bias"})
 
+# Optional second forms of hooks, for the fast backends (the registry contract holds
+# each equal to the hooks it restates): FlexAttention's score_mod; a score_bias that
+# is a term of the key alone (FoX); the extra softmax logits of attention sinks.
+FAST_FORMS: tuple[str, ...] = ("score_mod", "key_bias", "sink_logits")
+
 # The hooks, in the order the attention calls them.
 HOOKS: tuple[str, ...] = (
     "encode_input",
@@ -156,7 +161,7 @@ class PositionalEncoding(nn.Module):
         # which hooks (and score_mod) declare ``ctx``: read once, per class
         cls._ctx_hooks = frozenset(
             name
-            for name in (*HOOKS, "score_mod")
+            for name in (*HOOKS, *FAST_FORMS)
             if "ctx" in inspect.signature(getattr(cls, name)).parameters
             and overrides(cls, name)
         )
@@ -253,11 +258,41 @@ class PositionalEncoding(nn.Module):
         """
         return None
 
+    def key_bias(
+        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+    ) -> torch.Tensor | None:
+        """``None``, or ``score_bias`` restated as a term of the key alone, for the
+        fused backend: ``w`` ``(b|1, h|1, j)`` such that, on every key j that query i
+        sees under a causal mask in token order, ``score_bias_ij = u_i + w_j`` for some
+        term ``u_i`` of the query alone. The softmax of a row ignores ``u_i``, so the
+        fused kernel takes ``w`` as one more dimension of the keys (and a constant
+        one of the queries): no ``(i, j)`` tensor, in the forward pass or the
+        backward. FoX: ``c_i - c_j`` gives ``w_j = -c_j``.
+
+        Return it in float64 where the encoding can: the backend subtracts, per block
+        of queries, its value at the block, and rounds the difference (what matters,
+        for the keys near the queries) once. Used only for causal calls in token order
+        with no other mask, and float32 or float64 q, k, v; ``score_bias`` serves
+        every other call."""
+        return None
+
+    def sink_logits(self) -> torch.Tensor | None:
+        """``None``, or ``(h,)`` logits that ``attention_weights`` joins to every row's
+        softmax as keys of value 0 (gpt-oss's attention sinks; ``sink_softmax``): the
+        fused backend then runs the encoding, with one extra key per call. An
+        encoding that defines it must override ``attention_weights`` with exactly that
+        softmax, and no other hook past ``score_bias``."""
+        return None
+
     @property
     def needs_score_path(self) -> bool:
         """True when a hook after ``score_bias`` is overridden, so the fused kernel
-        cannot be used."""
-        return any(overrides(self, hook) for hook in HOOKS[3:])
+        cannot be used (an ``attention_weights`` that ``sink_logits`` restates is
+        run by the kernel, with one more key)."""
+        late = [hook for hook in HOOKS[3:] if overrides(self, hook)]
+        if late == ["attention_weights"] and overrides(self, "sink_logits"):
+            return False
+        return bool(late)
 
     def example_positions(
         self, b: int, n: int, generator: torch.Generator | None = None
@@ -281,6 +316,7 @@ class PositionalEncoding(nn.Module):
 
 
 def overrides(pe: PositionalEncoding | type, hook: str) -> bool:
-    """Whether an encoding (or its class) overrides ``hook`` (or ``score_mod``)."""
+    """Whether an encoding (or its class) overrides ``hook`` (or a ``FAST_FORMS``
+    method)."""
     cls = pe if isinstance(pe, type) else type(pe)
     return getattr(cls, hook) is not getattr(PositionalEncoding, hook)

@@ -379,3 +379,68 @@ def test_a_bias_that_needs_a_gradient_runs_without_the_kernel_on_a_cpu(sdpa_call
         pl.attention(q, k, v, pe, causal=True)
     assert len(sdpa_calls) == 3  # 256, 512, 600
     assert_close(out, pl.attention(q, k, v, pe, causal=True, path="slow"))
+
+
+# ---- second forms the fused kernel runs: key_bias (FoX), sink_logits (gpt-oss) ------
+
+
+def test_fox_trains_without_an_n_by_n_tensor():
+    """FoX's bias ``c_i - c_j`` goes to the kernel as one more dimension of q and k:
+    forward and backward of a layer at n = 1024 hold far less than one ``(b, h, n,
+    n)`` float32 tensor (what the bias alone took before), and the result is the
+    reference's."""
+    torch.manual_seed(0)
+    b, n, D, h = 1, 1024, 64, 4
+    mha = pl.MultiHeadAttention(D, h, "fox")
+    x = torch.randn(b, n, D, requires_grad=True)
+
+    def step(path):
+        x.grad = None
+        mha.zero_grad()
+        mha(x, causal=True, path=path).square().mean().backward()
+        return x.grad.clone()
+
+    fast, fast_peak = pl.tensor_memory(lambda: step("fast"))
+    slow, slow_peak = pl.tensor_memory(lambda: step("slow"))
+    one_score_tensor = b * h * n * n * 4
+    assert fast_peak < one_score_tensor / 2, (fast_peak, one_score_tensor)
+    assert slow_peak > 2 * one_score_tensor  # the reference: scores, bias, weights
+    assert_close(fast, slow, atol=1e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize("flushing", [False, True])
+def test_the_cpu_kernel_leaves_the_callers_subnormal_setting(flushing):
+    """The key_bias blocks run the CPU kernel with subnormals flushed (they are where
+    x86 arithmetic crawls), forward and backward, and hand the thread back as it was."""
+    from posenc_lib.backends import fused
+
+    torch.set_flush_denormal(flushing)
+    try:
+        q, k, v = qkv(b=1, i=40, j=40, d=8, dtype=torch.float32, grad=True)
+        w = torch.randn(1, 4, 40, dtype=torch.float64) * 30
+        out = fused.key_bias_blocks(q, k, v, w, 8**-0.5)
+        assert fused._flushing() == flushing
+        out.sum().backward()
+        assert fused._flushing() == flushing
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def test_a_sink_is_the_plain_attention_rescaled_by_its_log_sum_exp():
+    """``sum_j e^z_ij v_j / (e^s + sum_j e^z_ij) = o_i * sigmoid(L_i - s)`` with
+    ``o_i`` the plain attention and ``L_i = log sum_j e^z_ij``: the fused path (one
+    more key) equals that rescale, and the reference."""
+    torch.manual_seed(0)
+    pe = pl.LearnedSink(4).double()
+    with torch.no_grad():
+        pe.sinks.copy_(torch.tensor([-2.0, 0.0, 1.5, 4.0]))
+    q, k, v = qkv(b=2, i=300, j=300, d=8)
+    scores = torch.einsum("bhid,bhjd->bhij", q, k) * 8**-0.5
+    seen = torch.ones(300, 300, dtype=torch.bool).tril()
+    scores = scores.masked_fill(~seen, float("-inf"))
+    lse = scores.logsumexp(-1, keepdim=True)  # (b, h, i, 1)
+    plain = scores.softmax(-1) @ v  # (b, h, i, e)
+    rescaled = plain * torch.sigmoid(lse - pe.sinks[None, :, None, None])
+    fast = pl.attention(q, k, v, pe, causal=True)
+    assert_close(fast, rescaled)
+    assert_close(fast, pl.attention(q, k, v, pe, causal=True, path="slow"))

@@ -9,9 +9,11 @@ from torch.testing import assert_close
 
 import posenc_lib as pl
 from posenc_lib.backends.flex import evaluate
+from posenc_lib.base import overrides
 
 D_MODEL, N_HEADS, MAX_LEN = 32, 4, 64
 NAMES = sorted(pl.REGISTRY)
+FUSED_FORMS = ("key_bias", "sink_logits")  # second forms the fused backend runs
 
 
 def build(name):
@@ -180,7 +182,66 @@ def test_needs_score_path_follows_the_overridden_hooks(name):
         for h in pl.HOOKS[3:]
         if getattr(cls, h) is not getattr(pl.PositionalEncoding, h)
     ]
-    assert build(name).needs_score_path == bool(late)
+    # an attention_weights that sink_logits restates runs on the kernel (one more key)
+    on_the_kernel = late == ["attention_weights"] and overrides(cls, "sink_logits")
+    assert build(name).needs_score_path == (bool(late) and not on_the_kernel)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize(
+    "name", [n for n in NAMES if any(overrides(build(n), f) for f in FUSED_FORMS)]
+)
+def test_fused_forms_equal_the_hooks_forward_and_backward(name, dtype, monkeypatch):
+    """``key_bias`` and ``sink_logits``, as the fused backend runs them (in blocks of
+    4 queries here, so that a call spans several), equal the reference: outputs and
+    the gradients of the input and of every parameter, causal in token order (where
+    ``key_bias`` is used), then with gaps and a caller's mask (where it is not)."""
+    from posenc_lib.backends import fused
+
+    monkeypatch.setattr(fused, "KEY_BIAS_BLOCK", 4)
+    torch.manual_seed(0)
+    pe = build(name).to(dtype)
+    with torch.no_grad():  # parameters away from their initial values
+        for t in pe.parameters():
+            t.add_(torch.randn_like(t))
+    mha = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe, input_encoded=True).to(dtype)
+    x = torch.randn(2, 11, D_MODEL, dtype=dtype, requires_grad=True)
+    grad = torch.randn(2, 11, D_MODEL, dtype=dtype)
+    tol = {} if dtype == torch.float64 else dict(atol=2e-5, rtol=1e-4)
+    calls = [dict(), dict(pos=torch.arange(11) * 2)]
+    if not pe.causal_only:
+        calls.append(dict(mask=torch.rand(2, 1, 11, 11) > 0.3))
+    for kw in calls:
+        results = []
+        for path in ("slow", "fast"):
+            x.grad = None
+            mha.zero_grad()
+            (mha(x, causal=True, path=path, **kw) * grad).sum().backward()
+            results.append(
+                [x.grad.clone(), *(p.grad.clone() for p in mha.parameters())]
+            )
+        for slow, fast in zip(*results):
+            assert_close(fast, slow, **tol)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if overrides(build(n), "key_bias")])
+def test_key_bias_is_the_score_bias_up_to_a_term_of_the_query(name):
+    """On every key a query sees (causal, token order), ``score_bias - key_bias``
+    does not depend on the key: the softmax cannot tell the two apart."""
+    pe = build(name).double()
+    x = torch.randn(2, 9, D_MODEL, dtype=torch.float64)
+    q, k = (
+        torch.randn(2, N_HEADS, 9, D_MODEL // N_HEADS, dtype=torch.float64)
+        for _ in range(2)
+    )
+    pos = torch.arange(9)[None]
+    ctx = pl.Context(x=x, q=q, k=k, causal=True)
+    bias = pe.call_hook("score_bias", q, k, pos, pos, ctx=ctx)  # (b, h, i, j)
+    w = pe.call_hook("key_bias", q, k, pos, pos, ctx=ctx)  # (b, h, j)
+    rest = bias - w[..., None, :]  # u_i where j <= i
+    seen = torch.ones(9, 9, dtype=torch.bool).tril()
+    u = rest.diagonal(dim1=-2, dim2=-1)[..., None]  # (b, h, i, 1)
+    assert_close(rest.masked_fill(~seen, 0), u.expand_as(rest).masked_fill(~seen, 0))
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if build(n).causal_only])

@@ -10,18 +10,27 @@ one float mask. It costs what the maths costs:
   a CPU, a bias that needs a gradient too: the same maths, explicitly, since its
   kernels do not differentiate a mask);
 * a bias in the encoding's ``reuse`` is built once per forward pass, merged with its
-  mask, and shared by every layer.
+  mask, and shared by every layer;
+* a bias that is a term of the key alone up to a term of the query (``key_bias``:
+  FoX's ``c_i - c_j``) is one more dimension of q and k, so the kernel
+  differentiates it and nothing ``n x n`` is built; attention sinks
+  (``sink_logits``) are one more key, of value 0, that every query sees.
 """
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.nn.functional as F
 
-from ..base import Context, PositionalEncoding
+from ..base import Context, PositionalEncoding, overrides
 from ..positions import Positions
 
 BLOCK = 256  # queries per kernel call on the causal path with a bias (measured)
+KEY_BIAS_BLOCK = 128  # queries per call with a key_bias: the term is recentred per
+# block, so its rounding grows with the block's span (float32: 5e-6 at 128, 1e-5 at
+# 256 for FoX's gates at initialisation, n = 1024)
 
 
 def refuses(pe: PositionalEncoding, return_weights: bool) -> str | None:
@@ -39,6 +48,10 @@ def refuses(pe: PositionalEncoding, return_weights: bool) -> str | None:
 def attend(q, k, v, pe: PositionalEncoding, pos: Positions, ctx: Context, scale):
     """q ``(b, h, i, d)``, k ``(b, h, j, d)``, v ``(b, h, j, e)`` -> ``(b, h, i, e)``"""
     keep = None if pos.ordered and pos.user_mask is None else pos.mask
+    if keep is None and pos.ordered and q.dtype in (torch.float32, torch.float64):
+        w = pe.call_hook("key_bias", q, k, pos.q, pos.k, ctx=ctx)
+        if w is not None:
+            return key_bias_blocks(q, k, v, w, scale)
 
     def float_mask():  # bias with -inf where no attention: (b|1, h|1, i, j)
         bias = pe.call_hook("score_bias", q, k, pos.q, pos.k, ctx=ctx)
@@ -52,7 +65,180 @@ def attend(q, k, v, pe: PositionalEncoding, pos: Positions, ctx: Context, scale)
         attn_mask = pos.reuse((pe, "fused mask", q.dtype), float_mask)
     else:
         attn_mask = float_mask()
+    sinks = pe.sink_logits() if overrides(pe, "sink_logits") else None
+    if sinks is not None:
+        return with_sinks(q, k, v, attn_mask, sinks, scale, pos.ordered)
     return run(q, k, v, attn_mask, scale, pos.ordered)
+
+
+def with_sinks(q, k, v, attn_mask, sinks, scale, ordered: bool) -> torch.Tensor:
+    """Attention with one sink logit ``s_h`` per head (``sinks`` ``(h,)``) joined to
+    every row's softmax: ``sum_j exp(z_ij) v_j / (exp(s_h) + sum_j exp(z_ij))``.
+
+    The sink is one more key, first in the sequence, that every query sees, with a
+    zero value and the score ``s_h``: q and k get one more dimension, ``1 / scale``
+    for every query and ``s_h`` for the sink key (0 for the others), so its scaled
+    score is exactly ``s_h``. The kernel then differentiates the sinks like any key.
+    (The same result is the plain attention rescaled by its log-sum-exp ``L_i``:
+    ``o_i * sigmoid(L_i - s_h)``.) ``(b, h, i, e)``."""
+    b, h, i, d = q.shape
+    dtype = q.dtype
+    one = torch.full((b, h, i, 1), 1.0 / scale, dtype=dtype, device=q.device)
+    column = sinks.to(dtype).view(1, h, 1, 1).expand(b, h, 1, 1)  # (b, h, 1, 1)
+    sink_key = torch.cat([k.new_zeros(b, h, 1, d), column], dim=-1)  # (b, h, 1, d+1)
+    q1 = torch.cat([q, one], dim=-1)  # (b, h, i, d + 1)
+    k1 = torch.cat([sink_key, torch.cat([k, k.new_zeros(*k.shape[:3], 1)], -1)], 2)
+    v1 = torch.cat([v.new_zeros(b, h, 1, v.shape[-1]), v], dim=2)  # (b, h, 1 + j, e)
+    if v1.shape[-1] == d:  # the CPU's flash kernel wants v as wide as q and k
+        v1 = torch.cat([v1, v1.new_zeros(*v1.shape[:3], 1)], dim=-1)
+    if attn_mask is not None:  # every query sees the sink: 0 (float) or True (bool)
+        first = torch.ones_like(attn_mask[..., :1])
+        first = first if attn_mask.dtype == torch.bool else first.zero_()
+        attn_mask = torch.cat([first.expand(*attn_mask.shape[:-1], 1), attn_mask], -1)
+    out = run(q1, k1, v1, attn_mask, scale, ordered)  # ordered: i queries, 1 + j keys
+    return out[..., : v.shape[-1]]  # (b, h, i, e)
+
+
+def key_bias_blocks(q, k, v, w, scale) -> torch.Tensor:
+    """Causal attention in token order with a bias ``u_i + w_j`` (``w`` ``(b|1, h|1,
+    j)``, ``key_bias``): the softmax drops ``u_i``, and ``w_j`` is one more dimension
+    of the keys, ``w_j / (1/scale)`` against a constant ``1/scale`` of the queries, so
+    the kernel computes ``q_i . k_j * scale + w_j`` and its gradient.
+
+    In blocks of queries, each against the keys it sees, with ``w`` recentred on the
+    block's middle query (computed in ``w``'s precision, then rounded): the keys
+    near the block, where the softmax's mass is, get the digits a value of ``w`` at
+    the end of a long sequence would have lost. On a CPU the blocks run in one
+    autograd step (``_KeyBiasFlash``) that keeps only q, k, v, w and each row's
+    log-sum-exp for the backward pass, with subnormal numbers flushed to zero.
+    ``(b, h, i, e)``."""
+    b, h, i, d = q.shape
+    w = w.expand(b, h, k.shape[2])
+    if q.device.type == "cpu" and hasattr(torch.ops.aten, _CPU_FLASH):
+        return _KeyBiasFlash.apply(q, k, v, w, scale)
+    out = []
+    for block in _key_bias_blocks(q, k, v, w, scale):
+        q1, k1, v1, offset = block
+        sees = token_order_mask(q1, k1, offset)
+        out.append(
+            F.scaled_dot_product_attention(q1, k1, v1, attn_mask=sees, scale=scale)
+        )
+    return torch.cat(out, dim=2)[..., : v.shape[-1]]  # (b, h, i, e)
+
+
+_CPU_FLASH = "_scaled_dot_product_flash_attention_for_cpu"
+
+
+def _key_bias_blocks(q, k, v, w, scale):
+    """Per block of queries: ``(q1, k1, v1, offset)``, q and k with the key-bias
+    dimension, v padded to their width (the CPU's flash kernel wants it), query t of
+    the block seeing keys ``0 .. t + offset``."""
+    b, h, i, d = q.shape
+    j, e, dtype = k.shape[2], v.shape[-1], q.dtype
+    one = torch.full((b, h, i, 1), 1.0 / scale, dtype=dtype, device=q.device)
+    q1 = torch.cat([q, one], dim=-1)  # (b, h, i, d + 1)
+    pad = d + 1 - e
+    v1 = torch.cat([v, v.new_zeros(b, h, j, pad)], -1) if pad > 0 else v
+    for start in range(0, i, KEY_BIAS_BLOCK):
+        stop = min(start + KEY_BIAS_BLOCK, i)
+        seen = stop + j - i  # the block's last query sees keys 0 .. seen - 1
+        middle = (start + stop) // 2 + j - i  # the key at the block's middle query
+        # w_j - w_middle: exact where it matters, near the block's own keys
+        column = (w[..., :seen] - w[..., middle : middle + 1]).to(dtype)  # (b, h, seen)
+        k1 = torch.cat([k[:, :, :seen], column[..., None]], dim=-1)  # (b, h, seen, d+1)
+        q_block = q1[:, :, start:stop].contiguous()
+        yield q_block, k1, v1[:, :, :seen].contiguous(), start + j - i
+
+
+class _KeyBiasFlash(torch.autograd.Function):
+    """``key_bias_blocks`` on a CPU: each block through
+    ``aten._scaled_dot_product_flash_attention_for_cpu`` and its backward, under
+    ``torch.set_flush_denormal(True)`` (the caller's setting restored): a decaying
+    bias puts some weights of every row between 1e-45 and 1e-38, where x86
+    arithmetic is about a hundred times slower (FoX's fwd + bwd: 2 to 3 times in all);
+    flushing changes a weight by less than 1e-38 of the row's largest. The blocks'
+    padded copies and masks are built again for the backward pass, not kept, so
+    memory stays O(n) plus one block."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, w, scale):
+        kernel = getattr(torch.ops.aten, _CPU_FLASH)
+        outs, lses = [], []
+        with _flushed():
+            for q1, k1, v1, offset in _key_bias_blocks(q, k, v, w, scale):
+                mask = token_order_mask(q1, k1, offset, q.dtype)
+                out, lse = kernel(q1, k1, v1, 0.0, False, attn_mask=mask, scale=scale)
+                outs.append(out)
+                lses.append(lse)
+        out = torch.cat(outs, dim=2)  # (b, h, i, d + 1)
+        ctx.save_for_backward(q, k, v, w, out, *lses)
+        ctx.scale = scale
+        return out[..., : v.shape[-1]]
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, w, out, *lses = ctx.saved_tensors
+        kernel = getattr(torch.ops.aten, _CPU_FLASH + "_backward")
+        leaves = [t.detach().requires_grad_() for t in (q, k, v, w)]
+        e = v.shape[-1]
+        grad1 = torch.cat(
+            [grad, grad.new_zeros(*grad.shape[:3], out.shape[-1] - e)], -1
+        )
+        total = [torch.zeros_like(t) for t in leaves]
+        start = 0
+        with torch.enable_grad():  # one block at a time: its cats, as a graph
+            for (q1, k1, v1, offset), lse in zip(
+                _key_bias_blocks(*leaves, ctx.scale), lses
+            ):
+                stop = start + q1.shape[2]
+                mask = token_order_mask(q1, k1, offset, q.dtype)
+                with _flushed():
+                    grads = kernel(
+                        grad1[:, :, start:stop].contiguous(), q1.detach(),
+                        k1.detach(), v1.detach(), out[:, :, start:stop].contiguous(),
+                        lse, 0.0, False, attn_mask=mask, scale=ctx.scale,
+                    )  # fmt: skip
+                parts = torch.autograd.grad(
+                    (q1, k1, v1), leaves, grads, allow_unused=True
+                )
+                for acc, part in zip(total, parts):
+                    if part is not None:
+                        acc += part
+                start = stop
+        return (*total, None)
+
+
+class _flushed:
+    """Subnormal results flushed to zero in this thread, the caller's setting
+    restored on exit."""
+
+    def __enter__(self):
+        self.was = _flushing()
+        torch.set_flush_denormal(True)
+
+    def __exit__(self, *exc):
+        torch.set_flush_denormal(self.was)
+
+
+def token_order_mask(q, k, offset: int, dtype=torch.bool) -> torch.Tensor:
+    """``(i, j)``: query t sees keys ``0 .. t + offset`` (bool, or 0 / -inf)."""
+    sees = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device)
+    sees = sees.tril(offset)
+    if dtype == torch.bool:
+        return sees
+    return (
+        torch.zeros((), dtype=dtype, device=q.device)
+        .masked_fill(~sees, float("-inf"))
+        .expand(sees.shape)
+        .contiguous()
+    )
+
+
+def _flushing(half: float = 0.5) -> bool:
+    """Whether this thread flushes subnormal results to zero now (torch has a setter,
+    no getter): Python's float product runs on the same unit, under the same flag,
+    and reads no tensor (no host sync on a GPU)."""
+    return sys.float_info.min * half == 0.0
 
 
 def triangle(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,10 @@ with s_ij = q_i . k_j / sqrt(d): the authors' kernel scales by 1/sqrt(head_dim)
 (``forgetting_attention(sm_scale=None)`` in ``ops/forgetting_attention.py`` of
 github.com/zhixuan-lin/forgetting-transformer), so ``ForgettingAttention.scale`` is
 the default. D is a bias added to the scaled scores, so FoX stays on the fused
-attention path; ``score_mod`` states the same bias for FlexAttention.
+attention path; ``score_mod`` states the same bias for FlexAttention, and
+``key_bias`` states it as ``-c_j`` (the softmax of row i ignores ``c_i``), which the
+fused kernel takes as one more dimension of q and k: nothing ``n x n``, forward or
+backward.
 
 With every gate equal to f, D_ij = (i - j) log f: ALiBi with slope m = -log f. FoX is a
 data-dependent ALiBi, and needs no positional encoding (the paper's FoX and FoX (Pro)
@@ -221,6 +224,22 @@ class ForgettingAttention(PositionalEncoding):
         log_f = self._gates_of_call(q, k, ctx)  # (b, h, j)
         # every key as a query, then the rows of the queries: the last i keys
         return _bias(log_f, k_pos)[..., -q.shape[2] :, :]  # (b, h, i, j)
+
+    def key_bias(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        q_pos: torch.Tensor,
+        k_pos: torch.Tensor,
+        ctx: Context,
+    ) -> torch.Tensor:
+        """Fused form: ``D_ij = c_i - c_j`` is ``c_i``, the same for every key of row
+        i (which the softmax ignores), plus ``w_j = -c_j``: ``(b, h, j)``, float64.
+        The fused backend calls it for causal calls in token order only, where the
+        position order is the token order."""
+        log_f = self._gates_of_call(q, k, ctx)  # (b, h, j)
+        # w_j = -c_j = -sum_{l<=j} log f_l
+        return -log_f.double().cumsum(-1)  # (b, h, j)
 
     def score_mod(
         self, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: Context

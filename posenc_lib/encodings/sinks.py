@@ -253,6 +253,10 @@ class LearnedSink(PositionalEncoding):
         """``sink_softmax(scores, self.sinks, mask)``: ``(b, h, i, j)``."""
         return sink_softmax(scores, self.sinks, mask)
 
+    def sink_logits(self) -> torch.Tensor:
+        """The fused form: the sinks as one more key of value 0 (``(h,)``)."""
+        return self.sinks
+
     def extra_repr(self) -> str:
         return f"n_heads={self.n_heads}"
 
