@@ -79,6 +79,7 @@ ZIP = "posenc-slides.zip"
 FIGURES = 4  # figures per chapter at most
 NUMBERS = 6  # sentences of measured numbers per chapter at most
 FORMULAS = 3  # display formulas per slide at most
+LEAD = 300  # characters of a formula's lead-in, at most (its last clauses)
 WORDS_PER_MINUTE = 150  # technical prose, read with its formulas
 DISPLAY = re.compile(
     r"^\$\$(?P<tex>.+?)\$\$[ \t]*(?:\([\w:.-]+\))?[ \t]*$", re.M | re.S
@@ -333,14 +334,102 @@ def sentences(paragraph: str) -> list[str]:
     return [s for s in out if s]
 
 
-def lead_in(text: str, limit: int = 240) -> str:
+def lead_in(text: str, limit: int = LEAD) -> str:
     """The sentence that introduces a display formula: the last sentence of the prose
-    before it (not a heading, a list or a directive), or "" when it is long."""
+    before it (a list item's too; not a heading, a table or a directive's fence), or
+    "" when there is none. A sentence longer than ``limit`` characters keeps its last
+    clauses, after an ellipsis, so that the slide shows what leads into the formula."""
     paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
-    if not paragraphs or paragraphs[-1].startswith(("#", "|", "-", "*", "`", ":", ">")):
+    if not paragraphs or re.match(r"[#|>$]|`{3}|:{3}|:[\w-]+:", paragraphs[-1]):
         return ""
     last = sentences(paragraphs[-1])[-1]
-    return last if len(last) <= limit and last.count("$") % 2 == 0 else ""
+    if len(last) > limit:
+        for m in re.finditer(r"[;,:] ", last):
+            head, rest = last[: m.start()], last[m.end() :]
+            if len(rest) <= limit and head.count("$") % 2 == head.count("`") % 2 == 0:
+                return "… " + rest
+    return last
+
+
+def _prose_before(cells: list[dict], index: int) -> str:
+    """The Markdown cell just before cell ``index`` (a formula that opens a cell is
+    introduced there), or "" when a code cell comes between."""
+    if index and cells[index - 1]["cell_type"] == "markdown":
+        return "".join(cells[index - 1]["source"])
+    return ""
+
+
+# "above" and "below" as adverbs: where something is in the notebook (the check
+# below, as printed above), not a comparison (above 0.9, below the diagonal)
+WHERE = re.compile(
+    r"\b(?P<word>above|below)\b(?!\s*(?:[$0-9`+\\−~≈-]|(?:the|a|an|one|all|its"
+    r"|their|it|them|chance|zero|half|that|those|this|any|every|each|[A-Z][\w-]*)"
+    r"\b))"
+)
+# the notebook's cells named with a direction: "the cell above", "the check below"
+CELL_REF = re.compile(
+    r"\b(?P<the>[Tt]he|[Tt]his|[Tt]hat) (?P<what>(?:code )?cell|check|code|printout"
+    r"|output|count|computation)(?P<gap> (?:\w+ ){0,1}?)(?P<word>above|below)\b"
+)
+# a cell named without a direction ("The cell transcribes ..."): the one after it
+NEXT_CELL = re.compile(
+    r"\b(?P<the>[Tt]he|[Tt]his) (?P<what>(?:code )?cell)\b"
+    r"(?!-| (?:\w+ )?(?:above|below)\b| of\b| by\b)(?P<gap>)(?P<word>)"
+)
+PROTECTED = re.compile(
+    r"^(`{3,}|~{3,}).*?^\1|`[^`\n]*`|\$\$.*?\$\$|\$[^$]*\$", re.S | re.M
+)
+
+
+def _code_cell(cells: list[dict], index: int, word: str) -> int | None:
+    """The nearest code cell before (``above``) or after (``below``) cell ``index``,
+    visible on the site (not tagged ``remove-cell``)."""
+    step = -1 if word == "above" else 1
+    k = index + step
+    while 0 <= k < len(cells):
+        cell = cells[k]
+        tags = cell.get("metadata", {}).get("tags", [])
+        if cell["cell_type"] == "code" and "remove-cell" not in tags:
+            return k
+        k += step
+    return None
+
+
+def _unanchor(text: str, cells: list[dict], index: int) -> str:
+    """Chapter prose (of cell ``index``) as a slide shows it, away from the notebook:
+    "the check below" becomes "the check in the chapter (cell 12)", "the cell above"
+    "cell 11 of the chapter", any other "above"/"below" that places something in the
+    notebook "in the chapter". Code and maths are left alone."""
+
+    def cell_ref(m: re.Match) -> str:
+        k = _code_cell(cells, index, m.group("word") or "below")
+        if k is None:
+            if not m.group("word"):
+                return m.group(0)
+            return m.group(0).removesuffix(m.group("word")) + "in the chapter"
+        if "cell" in m.group("what"):
+            first = "C" if m.group("the")[0].isupper() else "c"
+            return f"{first}ell {k + 1} of the chapter"
+        where = f"in the chapter (cell {k + 1})"
+        return f"{m.group('the')} {m.group('what')}{m.group('gap')}{where}"
+
+    spans = [m.span() for m in PROTECTED.finditer(text)]
+
+    def outside(rewrite):
+        def sub(m: re.Match) -> str:
+            inside = any(a <= m.start() < b for a, b in spans)
+            return m.group(0) if inside else rewrite(m)
+
+        return sub
+
+    # one pass each over the whole text (what follows a word decides its sense),
+    # matches inside code or maths left alone; the second pass sees the first's
+    # output, whose spans moved, so it re-finds them
+    text = CELL_REF.sub(outside(cell_ref), text)
+    spans = [m.span() for m in PROTECTED.finditer(text)]
+    text = NEXT_CELL.sub(outside(cell_ref), text)
+    spans = [m.span() for m in PROTECTED.finditer(text)]
+    return WHERE.sub(outside(lambda m: "in the chapter"), text)
 
 
 def figure_captions(cells: list[dict]) -> dict[int, tuple[int, str, str]]:
@@ -394,7 +483,7 @@ def chapter_slides(entry: str, number: int, executed, bib, allow_missing) -> dic
         )
     )
     # formulas, one slide per section
-    by_section: dict[str, list[tuple[int, str, str]]] = {}
+    by_section: dict[str, list[tuple[int, list[str], str]]] = {}
     for index, cell in enumerate(cells):
         if cell["cell_type"] != "markdown":
             continue
@@ -403,18 +492,23 @@ def chapter_slides(entry: str, number: int, executed, bib, allow_missing) -> dic
         found += [(m, m.group("body")) for m in MATH_DIRECTIVE.finditer(text)]
         previous = 0
         for m, tex in sorted(found, key=lambda f: f[0].start()):
-            lead = lead_in(text[previous : m.start()])
+            before = text[previous : m.start()]
+            items = by_section.setdefault(section_of(entry, index), [])
+            if previous and not before.strip():  # a display right after another
+                items[-1][1].append(tex.strip())  # shares its lead-in
+            else:
+                lead = lead_in(before) or (
+                    "" if previous else lead_in(_prose_before(cells, index))
+                )
+                items.append((index, [tex.strip()], _unanchor(lead, cells, index)))
             previous = m.end()
-            by_section.setdefault(section_of(entry, index), []).append(
-                (index, tex.strip(), lead)
-            )
     for heading, items in by_section.items():
         for start in range(0, len(items), FORMULAS):
             chunk = items[start : start + FORMULAS]
             body = "\n\n".join(
                 (f"{conv.markdown(lead)}\n\n" if lead else "")
-                + f"$$\n{conv.inline(tex)}\n$$"
-                for _, tex, lead in chunk
+                + "\n\n".join(f"$$\n{conv.inline(tex)}\n$$" for tex in texs)
+                for _, texs, lead in chunk
             )
             notes = []
             for index in dict.fromkeys(i for i, _, _ in chunk):
@@ -478,7 +572,7 @@ def chapter_slides(entry: str, number: int, executed, bib, allow_missing) -> dic
             quoted += [(index, s) for s in sentences(para) if GLUE_ROLE.search(s)]
     for start in range(0, min(len(quoted), NUMBERS), NUMBERS // 2):
         chunk = quoted[start : min(start + NUMBERS // 2, NUMBERS)]
-        body = "\n".join(f"- {conv.markdown(s)}" for _, s in chunk)
+        body = "\n".join(f"- {_unanchor(conv.markdown(s), cells, i)}" for i, s in chunk)
         slides.append(
             (
                 "subslide",
@@ -498,7 +592,7 @@ def chapter_slides(entry: str, number: int, executed, bib, allow_missing) -> dic
             slides.append(
                 (
                     "subslide",
-                    conv.markdown(m.group(0)) + "\n",
+                    _unanchor(conv.markdown(m.group(0)), cells, index) + "\n",
                     f"{where}, cell {index + 1} (section «{section_of(entry, index)}»):"
                     " the erratum and its check, listed in the errata index.",
                 )
@@ -586,8 +680,10 @@ def deck_notebook(session: Session, executed, bib, allow_missing) -> tuple[dict,
         _cell(
             "Generated by tools/build/slides.py from the chapters and this build's "
             "executed notebooks: every number is the one the site shows. Press S for "
-            "this speaker view; arrows: right for the next chapter, down for its "
-            "slides. The teaching guide has the class plan.",
+            "this speaker view. Right arrow (or Space, or a click on the remote) "
+            "goes to the next slide, through every chapter in order; left goes "
+            "back; Esc shows all slides, one column per chapter. The teaching guide "
+            "has the class plan.",
             "notes",
         ),
     ]
@@ -660,13 +756,16 @@ def copy_assets(out: pathlib.Path) -> None:
         shutil.copytree(tree, out / dst, dirs_exist_ok=True)
 
 
-README = """# Positional Encoding — slides for the nine sessions
+README = """# Positional Encoding — slides for the sessions of the teaching guide
 
 One reveal.js deck per session of the teaching guide, generated from the chapters and
 the executed notebooks of the build the site was made from. Open session-N.html in a
-browser (no network needed: reveal.js and MathJax are in this folder). Keys: arrows to
-move (right: next chapter, down: its slides), S for the speaker notes (they name the
-chapter's cells), F for full screen, Esc for an overview.
+browser (no network needed: reveal.js and MathJax are in this folder). Keys: right
+arrow, Space or Page Down for the next slide (every slide of every chapter, in order),
+left arrow or Page Up for the previous one, Home and End for the first and last, S for
+the speaker view (the current slide, the next one, a timer and the notes, which name
+the chapter's cells), F for full screen, Esc or O for an overview (one column per
+chapter; click a slide to go there), B to black out the screen.
 
 session-N.ipynb is the slide notebook the deck was made from (markdown cells with
 slide_type metadata): edit it and run
