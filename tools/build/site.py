@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from tools.build import generated
+from tools.build import generated, session_bundles
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = ROOT / "_build"
@@ -93,6 +93,7 @@ def main() -> int:
         cwd=ROOT,
         check=True,
     )
+    session_bundles.build(student)  # a zip of each session's student notebooks
     start = time.time()
     result = subprocess.run(cmd, cwd=ROOT)
     print(

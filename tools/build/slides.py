@@ -81,6 +81,7 @@ NUMBERS = 6  # sentences of measured numbers per chapter at most
 FORMULAS = 3  # display formulas per slide at most
 LEAD = 300  # characters of a formula's lead-in, at most (its last clauses)
 WORDS_PER_MINUTE = 150  # technical prose, read with its formulas
+MAX_READING = 60  # minutes of required reading per session, at most
 DISPLAY = re.compile(
     r"^\$\$(?P<tex>.+?)\$\$[ \t]*(?:\([\w:.-]+\))?[ \t]*$", re.M | re.S
 )
@@ -104,6 +105,9 @@ class Plan:
     title: str
     demos: list[tuple[str, str]]
     exercises: list[tuple[str, int]]
+    # reading left to the students who want more: (chapter, "") for a whole
+    # chapter, (chapter, the start of a section heading) for a section
+    optional: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
 
 class PlanError(SystemExit):
@@ -126,7 +130,7 @@ def load_plan(path: pathlib.Path | None = None) -> dict[str, Plan]:
         name = f"{where}, session {k}"
         if not isinstance(item, dict):
             raise PlanError(f"{name}: expected a mapping (first:, title:, ...)")
-        if unknown := set(item) - {"first", "title", "demos", "exercises"}:
+        if unknown := set(item) - {"first", "title", "demos", "exercises", "optional"}:
             raise PlanError(f"{name}: unknown keys {sorted(unknown)}")
         first, title = item.get("first"), item.get("title")
         if not isinstance(title, str) or not title.strip():
@@ -160,9 +164,21 @@ def load_plan(path: pathlib.Path | None = None) -> dict[str, Plan]:
                     f"{name}: exercise: {entry} has no exercise {rank} (it has {count})"
                 )
             exercises.append((entry, rank))
-        plan[first] = Plan(title.strip(), demos, exercises)
+        optional = []
+        for extra in item.get("optional") or []:
+            if isinstance(extra, dict) and set(extra) == {"chapter"}:
+                extra = dict(extra, section="")
+            entry, start = _named(extra, ("chapter", "section"), str, numbers, name)
+            if start:
+                try:
+                    find_section(entry, start)
+                except LookupError as error:
+                    raise PlanError(f"{name}: optional: {error}") from None
+            optional.append((entry, start))
+        plan[first] = Plan(title.strip(), demos, exercises, optional)
     for first, session in _members(plan).items():
-        for entry in {e for e, _ in plan[first].demos + plan[first].exercises}:
+        named = plan[first].demos + plan[first].exercises + plan[first].optional
+        for entry in {e for e, _ in named}:
             if entry not in session:
                 raise PlanError(
                     f"{where}, session {plan[first].title!r}: {entry} is not one of "
@@ -242,13 +258,13 @@ def _cells(entry: str) -> list[dict]:
     return json.loads((ROOT / f"{entry}.ipynb").read_text())["cells"]
 
 
-def word_count(entry: str) -> int:
+def word_count(entry: str, skip: set[int] | frozenset = frozenset()) -> int:
     """Words of the chapter's prose (markdown cells), formulas, code blocks,
     directive options and the exercises' solutions (cells tagged ``solution``,
-    ``{solution}`` blocks) left out."""
+    ``{solution}`` blocks) left out; and the cells of ``skip`` (0-based)."""
     words = 0
-    for cell in _cells(entry):
-        if cell["cell_type"] != "markdown":
+    for index, cell in enumerate(_cells(entry)):
+        if cell["cell_type"] != "markdown" or index in skip:
             continue
         if "solution" in cell.get("metadata", {}).get("tags", []):
             continue
@@ -639,8 +655,41 @@ def _cell(source: str, slide_type: str) -> dict:
     }
 
 
+def optional_cells(session: Session) -> dict[str, set[int]]:
+    """The cells (0-based) of each chapter of the session that the plan marks as
+    optional reading: a whole chapter, or the cells of a section (a cell that also
+    opens a section not marked optional stays required)."""
+    out: dict[str, set[int]] = {}
+    for entry, start in session.plan.optional if session.plan else []:
+        if not start:
+            out[entry] = set(range(len(_cells(entry))))
+            continue
+        cells = set(find_section(entry, start)["cells"])
+        kept = {
+            i
+            for s in sections(entry)
+            if not any(
+                s["heading"].startswith(o)
+                for e, o in session.plan.optional
+                if e == entry
+            )
+            for i in s["cells"]
+        }
+        out.setdefault(entry, set()).update(cells - kept)
+    return out
+
+
+def reading_words(session: Session) -> tuple[int, int]:
+    """The words of the session's reading: required, and optional."""
+    optional = optional_cells(session)
+    total = sum(word_count(e) for e in session.chapters)
+    required = sum(word_count(e, optional.get(e, set())) for e in session.chapters)
+    return required, total - required
+
+
 def reading_minutes(session: Session) -> int:
-    return round(sum(word_count(e) for e in session.chapters) / WORDS_PER_MINUTE)
+    """Minutes of required reading (optional sections and chapters left out)."""
+    return round(reading_words(session)[0] / WORDS_PER_MINUTE)
 
 
 def run_seconds(session: Session) -> tuple[float, list[str]]:
@@ -658,7 +707,11 @@ def deck_notebook(session: Session, executed, bib, allow_missing) -> tuple[dict,
     titles = []
     for entry in session.chapters:
         ch = chapter_slides(entry, numbers[entry], executed, bib, allow_missing)
-        titles.append(f"Chapter {numbers[entry]}: [{ch['title']}]({page_url(entry)})")
+        optional = session.plan and (entry, "") in session.plan.optional
+        titles.append(
+            f"Chapter {numbers[entry]}: [{ch['title']}]({page_url(entry)})"
+            + (" (optional reading)" if optional else "")
+        )
         stats["chapters"][entry] = ch["title"]
         stats["figures"] += ch["figures"]
         stats["substituted"] += ch["substituted"]
@@ -672,7 +725,9 @@ def deck_notebook(session: Session, executed, bib, allow_missing) -> tuple[dict,
         f"# Session {session.number}: {session.title}\n\n"
         f"*{session.part}*\n\n"
         + "\n".join(f"- {t}" for t in titles)
-        + f"\n\nReading: about {reading_minutes(session)} minutes. "
+        + f"\n\nReading: about {reading_minutes(session)} minutes"
+        + (" (and some optional)" if reading_words(session)[1] else "")
+        + ". "
         f"The notebooks run in {seconds:.0f} s on a laptop CPU.\n"
     )
     head = [
@@ -864,15 +919,50 @@ def self_checking(entry: str) -> list[int]:
     return [k for k, label in enumerate(labels, start=1) if label in checked]
 
 
+def reading_line(session: Session) -> str:
+    """The guide's reading line: the required minutes, the words they are counted
+    from, and the optional reading with its minutes."""
+    required, extra = reading_words(session)
+    minutes = reading_minutes(session)
+    if minutes > MAX_READING:
+        raise SystemExit(
+            f"session {session.number} asks {minutes} minutes of reading, more than "
+            f"{MAX_READING}: mark chapters or sections optional in {SESSIONS.name}"
+        )
+    plan = session.plan
+    whole = [e for e, start in plan.optional if not start] if plan else []
+    chapters = [e for e in session.chapters if e not in whole]
+    line = (
+        f"- **Reading**: about {minutes} minutes ({required} words of prose in "
+        f"{len(chapters)} chapters, at {WORDS_PER_MINUTE} words a minute)"
+    )
+    if not extra:
+        return line + "."
+    parts = [_guide_link(e) for e in whole]
+    for entry in dict.fromkeys(e for e, start in plan.optional if start):
+        heads = [
+            f"*{find_section(entry, start)['heading']}*"
+            for e, start in plan.optional
+            if e == entry and start
+        ]
+        parts.append(f"in {_guide_link(entry)}: " + ", ".join(heads))
+    return (
+        line + f"; **optional**, about {round(extra / WORDS_PER_MINUTE)} minutes "
+        "more: " + "; ".join(parts) + "."
+    )
+
+
+def _guide_link(entry: str) -> str:
+    title = chapter_info(entry)["title"]
+    return f"[{title}](../{entry.removeprefix('book/')}.ipynb)"
+
+
 def session_facts(session: Session) -> str:
     """The generated part of a session in the guide."""
     numbers = chapter_numbers()
     seconds, unmeasured = run_seconds(session)
-    words = sum(word_count(e) for e in session.chapters)
     lines = [
-        f"- **Reading**: about {reading_minutes(session)} minutes ({words} words of "
-        f"prose in {len(session.chapters)} chapters, at {WORDS_PER_MINUTE} words "
-        "a minute).",
+        reading_line(session),
         f"- **Run time**: the notebooks take {seconds:.0f} s together on a laptop CPU"
         + (f" ({', '.join(unmeasured)} not measured)" if unmeasured else "")
         + " (tools/results/timings/cpu.json).",
@@ -880,6 +970,13 @@ def session_facts(session: Session) -> str:
         f"session {session.number}</a> (press S for the speaker notes, which name "
         "the chapters' cells).",
     ]
+    from tools.build.session_bundles import zip_name
+
+    lines.append(
+        f'- **Student notebooks**: <a href="../../student/{zip_name(session.number)}"'
+        f" download>the {len(session.chapters)} notebooks of session "
+        f"{session.number} (zip)</a>, without solutions, with a README."
+    )
     plan = session.plan
     if plan and plan.demos:
         demos = []
