@@ -1,8 +1,10 @@
 """The teaching guide's slides (tools/build/slides.py): every chapter in exactly one
-session's deck, the guide's generated facts up to date, the decks made from the
-chapters (titles, figures, this build's numbers, no MyST left), and, in Chromium,
-every slide of every deck with its maths typeset, its figures loaded, no console
-error and no request leaving the machine."""
+session's deck, the guide's generated facts up to date, each session's required
+reading at most an hour, the decks made from the chapters (titles, figures, this
+build's numbers, no MyST left, every formula after its lead-in, no "the check above"
+pointing at a notebook the slide does not show), and, in Chromium, every slide of
+every deck with its maths typeset, its figures loaded, no console error, no request
+leaving the machine, and the right arrow walking every slide in order."""
 
 from __future__ import annotations
 
@@ -15,12 +17,23 @@ import zipfile
 import pytest
 
 from tests.browser import HTML, _unavailable
-from tools.build import slides
+from tools.build import session_bundles, slides
 from tools.build.colab_edition import MISSING
 from tools.build.course_index import chapter_info
 from tools.toc import numbered_chapters
 
 SESSIONS = slides.sessions()
+# "above"/"below" placing something in the notebook: the cell above, the check
+# below, as printed above, (rows above); not a comparison (above 0.9, below $d$)
+NOTEBOOK_PLACE = re.compile(
+    r"\b(?:cells?|checks?|code|printout|output|count|assertions?|sweep|table|rows?"
+    r"|transcription|lines|formula|erratum|note|rule)(?: [\w-]+){0,2} (?:above|below)"
+    r"\b(?!\s*[$0-9`])"
+    r"|\b(?:shown|printed|checked|read|measured|reproduced|cited|quoted|asserted)"
+    r"(?: (?:in|by) the cell)? (?:above|below)\b(?!\s*[$0-9`])"
+    r"|\((?:above|below)\)",
+    re.I,
+)
 # MyST that must not reach a slide: roles, directives, targets, glue.
 MYST = re.compile(
     r"\{(glue|doc|ref|numref|footcite|cite|math|eq|abbr)[\w:]*\}`"
@@ -75,6 +88,16 @@ def test_every_chapter_is_in_exactly_one_session():
             "{chapter: book/part3/rope, exercise: 1}",
             "book/part3/rope is not one of its chapters",
         ),
+        (
+            '{chapter: book/part4/cope, section: "What it costs"}',
+            '{chapter: book/part4/cope, section: "What it costz"}',
+            "optional: book/part4/cope has no section whose heading starts with",
+        ),
+        (
+            "- {chapter: book/part4/stick_breaking}\n",
+            "- {chapter: book/part5/vision}\n",
+            "book/part5/vision is not one of its chapters",
+        ),
         ('    title: "Synthesis"', '    titel: "Synthesis"', "unknown keys"),
     ],
 )
@@ -112,7 +135,49 @@ def test_the_guide_facts_are_what_the_tool_generates():
     guide = slides.GUIDE.read_text()
     for s in SESSIONS:
         assert f'href="../../slides/{s.slug}.html"' in guide, s.slug
+        zipped = session_bundles.zip_name(s.number)
+        assert f'href="../../student/{zipped}"' in guide, zipped
     assert 'href="../../slides/posenc-slides.zip"' in guide
+
+
+def test_no_session_asks_more_than_an_hour_of_reading():
+    """The guide states each session's required reading (optional chapters and
+    sections left out) and keeps it at most 60 minutes; the optional reading is
+    stated beside it."""
+    assert slides.MAX_READING == 60
+    guide = slides.GUIDE.read_text()
+    for session in SESSIONS:
+        minutes = slides.reading_minutes(session)
+        required, optional = slides.reading_words(session)
+        assert minutes <= 60, f"session {session.number}: {minutes} minutes"
+        assert minutes == round(required / slides.WORDS_PER_MINUTE)
+        line = slides.reading_line(session)
+        assert f"about {minutes} minutes ({required} words" in line
+        assert line in guide, f"session {session.number}: the guide is stale"
+        if optional:
+            assert "**optional**" in line, line
+            assert f"{round(optional / slides.WORDS_PER_MINUTE)} minutes more" in line
+    optional = [s for s in SESSIONS if s.plan and s.plan.optional]
+    assert optional, "no session marks optional reading"
+    # a section marked optional counts out of the reading, the rest of it in
+    session = optional[0]
+    cells = slides.optional_cells(session)
+    for entry in session.chapters:
+        skipped = slides.word_count(entry, cells.get(entry, set()))
+        assert skipped <= slides.word_count(entry)
+
+
+def test_a_session_over_an_hour_is_refused(tmp_path, monkeypatch):
+    """Without its optional reading a long session is refused by the guide's
+    generator, naming the session and the file to mark reading optional in."""
+    head, data = slides.SESSIONS.read_text().split("\nsessions:\n")
+    data = re.sub(r"    optional:.*?(?=\n  - first:|\Z)", "", data, flags=re.S)
+    assert "optional" not in data
+    path = tmp_path / "sessions.yml"
+    path.write_text(head + "\nsessions:\n" + data)
+    monkeypatch.setattr(slides, "SESSIONS", path)
+    with pytest.raises(SystemExit, match=r"session \d+ asks \d+ minutes of reading"):
+        slides.render_guide()
 
 
 def test_reading_time_counts_the_prose():
@@ -123,6 +188,51 @@ def test_reading_time_counts_the_prose():
     assert text[0]["cells"], "the chapter's first cells belong to no section"
 
 
+def test_a_formula_keeps_its_lead_in():
+    """The sentence before a display formula goes with it: across a cell boundary,
+    past a paragraph that opens with code, and cut to its last clauses when long."""
+    assert slides.lead_in("## Title\n\nThe score is\n\n") == "The score is"
+    assert slides.lead_in("`pl.NoPE` has none. So the output is\n") == (
+        "So the output is"
+    )
+    assert slides.lead_in("## A heading\n\n") == ""
+    long = "A clause, " * 40 + "and finally the sum of the terms is"
+    lead = slides.lead_in(long)
+    assert lead.startswith("… ") and lead.endswith("the sum of the terms is")
+    assert len(lead) <= slides.LEAD + 2
+    cells = [
+        {"cell_type": "markdown", "source": "The loss is the mean of"},
+        {"cell_type": "markdown", "source": "$$\nL = x\n$$\n"},
+    ]
+    assert slides.lead_in(slides._prose_before(cells, 1)) == "The loss is the mean of"
+
+
+def test_slide_text_names_cells_instead_of_pointing_at_them():
+    """The chapter's "the check below" becomes the cell's number, any other "above"
+    or "below" that places something in the notebook "in the chapter"; comparisons,
+    code and maths are left alone."""
+    cells = [
+        {"cell_type": "code", "source": "x = 1", "metadata": {}},
+        {"cell_type": "markdown", "source": "text"},
+        {"cell_type": "code", "source": "", "metadata": {"tags": ["remove-cell"]}},
+        {"cell_type": "code", "source": "assert x", "metadata": {}},
+    ]
+    cases = {
+        "The check below computes both.": "The check in the chapter (cell 4) "
+        "computes both.",
+        "as the cell above shows": "as cell 1 of the chapter shows",
+        "The cell transcribes it.": "Cell 4 of the chapter transcribes it.",
+        "held in 10 runs (rows above).": "held in 10 runs (rows in the chapter).",
+        "as printed above, is 2": "as printed in the chapter, is 2",
+        "accuracy above 0.9 and below $d$": "accuracy above 0.9 and below $d$",
+        "entries above the diagonal": "entries above the diagonal",
+        "`the cell above` and $x$ above $y$": "`the cell above` and $x$ above $y$",
+    }
+    for text, slide in cases.items():
+        assert slides._unanchor(text, cells, 1) == slide, text
+        assert not NOTEBOOK_PLACE.search(slides._unanchor(text, cells, 1)), text
+
+
 def test_sentences_never_cut_a_formula():
     para = "The loss is $a. B$ here. Then it is 3.5 times (see $x$). Done."
     assert slides.sentences(para) == [
@@ -130,15 +240,36 @@ def test_sentences_never_cut_a_formula():
         "Then it is 3.5 times (see $x$).",
         "Done.",
     ]
+    para = "As Vaswani et al. (2017) do. Its Eqs. (16)–(18) give"
+    assert slides.sentences(para) == ["As Vaswani et al. (2017) do.", para[29:]]
 
 
-def test_the_decks_are_made_from_the_chapters_without_a_build(tmp_path):
+@pytest.fixture(scope="module")
+def decks(tmp_path_factory):
+    """Every session's slide notebook, made without executed notebooks."""
+    bib = slides.colab_edition.load_bib()
+    missing = tmp_path_factory.mktemp("no-build")
+    return {
+        s.slug: slides.deck_notebook(s, missing, bib, allow_missing=True)
+        for s in SESSIONS
+    }
+
+
+def _slides(nb: dict) -> list[str]:
+    return [
+        c["source"]
+        for c in nb["cells"]
+        if c["metadata"]["slideshow"]["slide_type"] in ("slide", "subslide")
+    ]
+
+
+def test_the_decks_are_made_from_the_chapters_without_a_build(decks):
     """With no executed notebooks (``--allow-missing``): every chapter's title is in
     its session's deck, no MyST is left, and nbconvert makes a deck that loads
-    nothing from the network."""
-    bib = slides.colab_edition.load_bib()
+    nothing from the network and that the right arrow walks in order (reveal.js's
+    linear navigation)."""
     for session in SESSIONS:
-        nb, stats = slides.deck_notebook(session, tmp_path, bib, allow_missing=True)
+        nb, stats = decks[session.slug]
         text = _deck_text(nb)
         for entry in session.chapters:
             assert chapter_info(entry)["title"] in stats["chapters"].values()
@@ -150,6 +281,43 @@ def test_the_decks_are_made_from_the_chapters_without_a_build(tmp_path):
     assert "<section" in html and 'class="notes"' in html
     sources = re.findall(r"""(?:src|href)=["']([^"'#]+)""", html)
     assert not [s for s in sources if re.match(r"(https?:)?//", s)], sources
+    assert re.search(r"navigationMode:\s*[\"']linear[\"']", html), "not linear"
+
+
+def test_no_slide_points_at_a_cell_it_does_not_show(decks):
+    """Slides are read without the notebook: none says "the check above", "the cell
+    below", "as printed above" (the speaker notes name the cells)."""
+    for slug, (nb, _) in decks.items():
+        for source in _slides(nb):
+            found = NOTEBOOK_PLACE.search(source)
+            assert not found, f"{slug}: {found.group(0)!r} in {source[:300]}"
+
+
+def test_every_formula_on_a_slide_follows_its_lead_in(decks):
+    """A display formula (or a run of them) comes after a sentence of prose, the
+    chapter's sentence that introduces it, never straight after a heading."""
+    total = 0
+    for slug, (nb, _) in decks.items():
+        for source in _slides(nb):
+            flat = re.sub(
+                r"\$\$.*?\$\$",
+                lambda m: m.group(0).replace("\n", " "),
+                source,
+                flags=re.S,
+            )
+            blocks = [b.strip() for b in re.split(r"\n\s*\n", flat) if b.strip()]
+            for k, block in enumerate(blocks):
+                if not block.startswith("$$"):
+                    continue
+                total += 1
+                j = k - 1
+                while j >= 0 and blocks[j].startswith("$$"):
+                    j -= 1
+                lead = blocks[j] if j >= 0 else ""
+                assert lead and not lead.startswith(("#", ">", "|")), (
+                    f"{slug}: a formula without its lead-in: {block[:100]}"
+                )
+    assert total > 100, total
 
 
 # ---- the built decks (after the site build) -----------------------------------------
@@ -232,6 +400,27 @@ STEP_THROUGH = """async () => {
 }"""
 
 
+# every slide of the deck, in document order: (column, place in its column)
+ORDER = """() => [...document.querySelectorAll(".reveal .slides > section")].flatMap(
+  (column, h) => {
+    const stack = column.querySelectorAll(":scope > section");
+    return stack.length ? [...stack].map((_, v) => [h, v]) : [[h, 0]];
+  })"""
+HERE = "() => { const i = Reveal.getIndices(); return [i.h, i.v || 0]; }"
+
+
+def walk_with_the_right_arrow(page) -> tuple[list, list]:
+    """The deck's slides in document order, and the slides the right arrow shows
+    from the first one (one more press than there are slides: the last stays)."""
+    order = page.evaluate(ORDER)
+    page.evaluate("() => Reveal.slide(0, 0)")
+    seen = [page.evaluate(HERE)]
+    for _ in order:
+        page.keyboard.press("ArrowRight")
+        seen.append(page.evaluate(HERE))
+    return order, seen
+
+
 @pytest.mark.browser
 @pytest.mark.parametrize("slug", [s.slug for s in SESSIONS])
 def test_every_slide_of_the_deck_shows_in_a_browser(open_page, built, slug):
@@ -254,6 +443,22 @@ def test_every_slide_of_the_deck_shows_in_a_browser(open_page, built, slug):
 
 
 @pytest.mark.browser
+def test_the_right_arrow_walks_every_slide_in_order(open_page, built):
+    """A teacher's right arrow (or a remote's button, Page Down) shows every slide of
+    the deck in order, down each chapter's column and on to the next chapter, and
+    stops at the last. Every deck has the same template (checked without a browser
+    above); this walks the first, whose chapters are columns of several slides."""
+    page = open_page(f"slides/{SESSIONS[0].slug}.html")
+    page.wait_for_function("() => window.Reveal && Reveal.isReady()", timeout=15000)
+    order, seen = walk_with_the_right_arrow(page)
+    columns = {h for h, _ in order}
+    assert len(columns) > 2 and len(order) > len(columns), order  # both directions
+    assert page.evaluate("() => Reveal.getTotalSlides()") == len(order)
+    assert seen == order + [order[-1]], f"the right arrow showed {seen}"
+    assert not open_page.blocked, open_page.blocked
+
+
+@pytest.mark.browser
 def test_the_guide_links_every_deck(open_page, built):
     page = open_page("book/teaching/guide.html")
     hrefs = page.eval_on_selector_all(
@@ -262,4 +467,10 @@ def test_the_guide_links_every_deck(open_page, built):
     for session in SESSIONS:
         assert any(h.endswith(f"slides/{session.slug}.html") for h in hrefs), hrefs
     assert any(h.endswith(f"slides/{slides.ZIP}") for h in hrefs)
+    zips = page.eval_on_selector_all(
+        "a[href*='student/']", "els => els.map(e => e.href)"
+    )
+    for session in SESSIONS:
+        name = session_bundles.zip_name(session.number)
+        assert any(h.endswith(f"student/{name}") for h in zips), zips
     assert not open_page.blocked, open_page.blocked

@@ -18,9 +18,11 @@ names a chapter, a section or an exercise the book does not have. For each chapt
 of a session the deck has
 
 * a title slide: the chapter's number and title and its learning objectives;
-* its key derivation, in its own words: every display formula with the sentence that
-  introduces it, one slide per section (a chapter's formulas are each checked by the
-  code cells after them; the notes name those cells);
+* its key derivation, in its own words: every display formula after the sentence that
+  introduces it (``lead_in``: the last sentence before it, in its cell or the Markdown
+  cell before; its last clauses when it is long; displays in a row share it), one
+  slide per section (a chapter's formulas are each checked by the code cells after
+  them; the notes name those cells);
 * its figures: the matplotlib figures of the executed notebook (the experiments'
   first, at most ``FIGURES`` per chapter), with their numbered captions and alt text
   (myst-nb's figure metadata);
@@ -29,6 +31,13 @@ of a session the deck has
 * its errata: every erratum admonition (what ``tools/build/errata_index.py`` lists);
 * speaker notes on every slide naming the chapter's cells (counted from 1, as Jupyter
   and Colab list them: the Colab install cell is cell 1) and the page on the site.
+
+A slide is read without its notebook, so where the chapter's prose places something
+in it ("the check below", "as printed above"), ``_unanchor`` names the cell instead
+("the check in the chapter (cell 12)") or says "in the chapter". The decks are one
+sequence (reveal.js's ``navigationMode: "linear"``): the right arrow, Space or a
+remote's button visits every slide in order, each chapter still a column of the
+overview (Esc).
 
 The MyST of the chapters is rewritten by ``tools/build/colab_edition.py``'s
 ``Converter`` (glued values substituted, citations as text, directives as block
@@ -48,9 +57,12 @@ made there would reach the site one build late). What goes on a slide is chosen 
 by hand-written rules (no maintained tool makes slides from MyST chapters); the
 rendering is nbconvert's and reveal.js's.
 
-The guide's per-session facts (reading time, run time, slides, demo cells, exercises,
-the self-checking ones) are generated into book/teaching/guide.md between markers,
-with the ``generated_page`` pattern; tests/test_slides.py checks them and the decks.
+The guide's per-session facts (reading time, with the reading the plan marks optional
+left out and stated beside it, at most ``MAX_READING`` minutes; run time; slides; the
+session's zip of student notebooks, ``tools/build/session_bundles.py``; demo cells;
+exercises; the self-checking ones) are generated into book/teaching/guide.md between
+markers, with the ``generated_page`` pattern; tests/test_slides.py checks them and the
+decks.
 """
 
 from __future__ import annotations
@@ -336,13 +348,19 @@ class SlideConverter(colab_edition.Converter):
         return f"](../{path.removesuffix('.ipynb')}.html{m.group('anchor') or ''})"
 
 
+ABBREVIATION = re.compile(r"\b(?:Eqs?|Figs?|Secs?|Refs?|al|e\.g|i\.e|cf|vs|resp)\.$")
+
+
 def sentences(paragraph: str) -> list[str]:
-    """The sentences of a markdown paragraph, never cut inside a formula or a role."""
+    """The sentences of a markdown paragraph, never cut inside a formula or a role,
+    nor after an abbreviation (Eqs. (16)–(18), Vaswani et al. (2017))."""
     text = " ".join(line.strip() for line in paragraph.splitlines()).strip()
     text = re.sub(r"^[-*] |^\d+\. ", "", text)
     out, start = [], 0
     for m in re.finditer(r"(?<=[.!?])\s+(?=[A-Z(*])", text):
         head = text[start : m.start()]
+        if ABBREVIATION.search(head):
+            continue
         if head.count("$") % 2 == 0 and head.count("`") % 2 == 0:
             out.append(head)
             start = m.end()
@@ -352,13 +370,17 @@ def sentences(paragraph: str) -> list[str]:
 
 def lead_in(text: str, limit: int = LEAD) -> str:
     """The sentence that introduces a display formula: the last sentence of the prose
-    before it (a list item's too; not a heading, a table or a directive's fence), or
+    before it (a short list whole, a long one's last item; not a heading, a table or
+    a directive's fence), or
     "" when there is none. A sentence longer than ``limit`` characters keeps its last
     clauses, after an ellipsis, so that the slide shows what leads into the formula."""
     paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
     if not paragraphs or re.match(r"[#|>$]|`{3}|:{3}|:[\w-]+:", paragraphs[-1]):
         return ""
-    last = sentences(paragraphs[-1])[-1]
+    items = re.split(r"\n(?=[ \t]*(?:[-*]|\d+\.) )", paragraphs[-1])
+    if len(items) > 1 and len(paragraphs[-1]) <= 2 * limit:
+        return paragraphs[-1]  # a short list leads in as a whole
+    last = sentences(items[-1])[-1]
     if len(last) > limit:
         for m in re.finditer(r"[;,:] ", last):
             head, rest = last[: m.start()], last[m.end() :]
