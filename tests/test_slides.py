@@ -196,6 +196,8 @@ def test_a_formula_keeps_its_lead_in():
         "So the output is"
     )
     assert slides.lead_in("## A heading\n\n") == ""
+    listed = "It makes two changes:\n\n1. the key is relative;\n2. $u$ is learned.\n\n"
+    assert slides.lead_in(listed) == listed.strip()
     long = "A clause, " * 40 + "and finally the sum of the terms is"
     lead = slides.lead_in(long)
     assert lead.startswith("… ") and lead.endswith("the sum of the terms is")

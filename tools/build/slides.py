@@ -379,7 +379,11 @@ def lead_in(text: str, limit: int = LEAD) -> str:
         return ""
     items = re.split(r"\n(?=[ \t]*(?:[-*]|\d+\.) )", paragraphs[-1])
     if len(items) > 1 and len(paragraphs[-1]) <= 2 * limit:
-        return paragraphs[-1]  # a short list leads in as a whole
+        # a short list leads in as a whole, after the sentence that opens it
+        opening = paragraphs[-2] if len(paragraphs) > 1 else ""
+        if opening.endswith(":") and not re.match(r"[#|>$]|`{3}|:{3}", opening):
+            return sentences(opening)[-1] + "\n\n" + paragraphs[-1]
+        return paragraphs[-1]
     last = sentences(items[-1])[-1]
     if len(last) > limit:
         for m in re.finditer(r"[;,:] ", last):
