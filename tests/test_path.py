@@ -319,3 +319,13 @@ def test_registry_builds_both_variants():
     plain = pl.make_encoding("path", d_model=32, n_heads=4, max_len=16)
     gated = pl.make_encoding("path_fox", d_model=32, n_heads=4, max_len=16)
     assert plain.gate is None and gated.gate is not None
+
+
+@pytest.mark.parametrize("d", [5, 6])
+def test_a_head_size_other_than_the_layers_is_refused_by_name(d):
+    """q and k whose head size is not d_model / n_heads: a clear error, not a bare
+    reshape failure inside the transforms."""
+    pe = pl.make_encoding("path", d_model=32, n_heads=4, max_len=16)
+    q, k, v = (torch.randn(1, 4, 6, d) for _ in range(3))
+    with pytest.raises(ValueError, match="d_head=8"):
+        pl.attention(q, k, v, pe, causal=True, x=torch.randn(1, 6, 32))

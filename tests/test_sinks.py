@@ -266,3 +266,14 @@ def test_layer_patterns_match_the_configs():
     # Cohere 2 and EXAONE 4: RoPE exactly in the sliding-window layers, 3 : 1
     assert g["cohere2_rope"] == g["exaone4_rope"] == pl.rope_layers(n)
     assert g["llama4_floor_scale"] == 8192 and g["llama4_attn_scale"] == 0.1
+
+
+@pytest.mark.parametrize("path", ["slow", "fast"])
+@pytest.mark.parametrize("heads", [2, 8])
+def test_a_sink_refuses_queries_with_another_head_count(path, heads):
+    """One sink logit per head: q with another head count is refused by name on
+    both paths (the fused one's extra key once failed inside a reshape)."""
+    pe = pl.LearnedSink(4)
+    q, k, v = (torch.randn(1, heads, 5, 8) for _ in range(3))
+    with pytest.raises(ValueError, match="heads|sinks"):
+        pl.attention(q, k, v, pe, causal=True, path=path)

@@ -67,6 +67,11 @@ def attend(q, k, v, pe: PositionalEncoding, pos: Positions, ctx: Context, scale)
         attn_mask = float_mask()
     sinks = pe.sink_logits() if overrides(pe, "sink_logits") else None
     if sinks is not None:
+        if sinks.shape != (q.shape[1],):
+            raise ValueError(
+                f"q must have {sinks.numel()} heads, one per sink logit of this "
+                f"{type(pe).__name__}; got {tuple(q.shape)}"
+            )
         return with_sinks(q, k, v, attn_mask, sinks, scale, pos.ordered)
     return run(q, k, v, attn_mask, scale, pos.ordered)
 

@@ -412,7 +412,8 @@ class PaTHAttention(PositionalEncoding):
         k_pos: torch.Tensor,
         ctx: Context,
     ) -> torch.Tensor:
-        check_heads(q, self, self.n_heads)
+        check_heads(q, self, self.n_heads, self.d_model // self.n_heads)
+        check_heads(k, self, self.n_heads, self.d_model // self.n_heads, "k")
         x = ctx.need("x", "PaTHAttention")  # (b, j, D): the keys' layer inputs
         i, j = q.shape[2], k.shape[2]
         if x.shape[1] != j or i > j:
