@@ -450,3 +450,37 @@ def test_max_len_is_needed_only_where_it_is_used(name):
 def test_the_names_readers_look_for():
     assert pl.RoPE is pl.Rotary
     assert type(pl.make_encoding("rope", 64, 4, 128)) is pl.RoPE
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="FlexAttention differentiates on a GPU only: runs where CUDA is present",
+)
+@pytest.mark.parametrize("path", ["fast", "flex"])
+@pytest.mark.parametrize("name", NAMES)
+def test_every_path_equals_the_reference_in_training_on_a_gpu(name, path):
+    """On CUDA, each path an encoding runs (the fused kernel, FlexAttention) equals the
+    reference, output and the gradients of the input and of every parameter, causal
+    in token order, float32 (FlexAttention's CPU kernel has no backward, so this part
+    of the contract needs a GPU)."""
+    torch.manual_seed(0)
+    device = torch.device("cuda")
+    pe = build(name).to(device)
+    mha = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe, input_encoded=True).to(device)
+    x = torch.randn(2, 12, D_MODEL, device=device, requires_grad=True)
+    pos, inputs = example(pe, 2, 12)
+    grad = torch.randn(2, 12, D_MODEL, device=device)
+    results = []
+    for p in ("slow", path):
+        x.grad = None
+        mha.zero_grad()
+        try:
+            out = mha(x, pos, causal=True, inputs=inputs, path=p)
+        except ValueError as error:  # a path the encoding does not run: refused
+            assert "cannot be used" in str(error)
+            pytest.skip(str(error))
+        (out * grad).sum().backward()
+        params = [q.grad for q in mha.parameters() if q.grad is not None]
+        results.append([out.detach(), x.grad.clone(), *params])
+    for slow, fast in zip(*results):
+        assert_close(fast, slow, atol=1e-4, rtol=1e-4)

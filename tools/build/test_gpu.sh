@@ -5,8 +5,11 @@
 #   2. each chapter's run time from that run, into tools/results/timings/gpu.json
 #      (the card is named; the chapters table grows a GPU column from it);
 #   3. the attention benchmark on CUDA, into posenc_lib/data/attention_cuda.{csv,json}
-#      (the cost chapter shows it beside the CPU's).
-# Commit what 2 and 3 wrote. On a GPU box without a package registry, install the
+#      (the cost chapter shows it beside the CPU's);
+#   4. the registry contract on CUDA (every path, gradients included: FlexAttention's
+#      backward runs on a GPU only) and the device tests;
+#   5. the model-level benchmark on CUDA, into posenc_lib/data/model_bench_cuda.*.
+# Commit what 2, 3 and 5 wrote. On a GPU box without a package registry, install the
 # wheels first (see tools/README.md, "A GPU box without a registry") and run it with
 # PY=python3.
 set -euo pipefail
@@ -33,4 +36,9 @@ echo "== nbval on the GPU: ${SECONDS} s (exit $status)"
 POSENC_NBVAL_WORKERS=$WORKERS "$PY" -m tools.measure.time_notebooks || status=$?
 echo "== the attention benchmark on CUDA"
 "$PY" -m tools.measure.bench_attention || status=$?
+echo "== the registry contract and the device tests on CUDA"
+"$PY" -m pytest -q -rfE tests/test_registry.py tests/test_device.py \
+  tests/test_half_precision.py || status=$?
+echo "== the model-level benchmark on CUDA"
+"$PY" -m tools.measure.bench_model --device cuda || status=$?
 exit "$status"
