@@ -79,14 +79,20 @@ def test_learned_sink_lets_a_head_attend_to_nothing():
     assert_close(out[0, 1], plain[0, 1])  # head 1: plain softmax
 
 
-def test_learned_sink_gets_a_gradient_and_refuses_the_fused_path():
-    pe = pl.LearnedSink(2)
-    mha = pl.MultiHeadAttention(8, 2, pe)
-    x = torch.randn(1, 5, 8)
-    mha(x, causal=True).sum().backward()
-    assert pe.sinks.grad is not None and pe.sinks.grad.abs().sum() > 0
-    with pytest.raises(ValueError, match="overrides a hook past score_bias"):
-        mha(x, causal=True, path="fast")
+def test_learned_sink_gets_a_gradient_on_the_fused_path_as_on_the_reference():
+    """The sink is one more key on the fused path (``sink_logits``): the default path,
+    with the reference's output and gradient."""
+    pe = pl.LearnedSink(2).double()
+    mha = pl.MultiHeadAttention(8, 2, pe).double()
+    x = torch.randn(1, 5, 8, dtype=torch.float64)
+    grads = []
+    for path in ("auto", "slow"):
+        pe.sinks.grad = None
+        mha(x, causal=True, path=path).sum().backward()
+        grads.append(pe.sinks.grad.clone())
+    assert grads[0].abs().sum() > 0
+    assert_close(grads[0], grads[1])
+    assert not pe.needs_score_path
 
 
 def test_chunked_rope_sees_only_its_chunk_and_is_shift_invariant_by_chunks():

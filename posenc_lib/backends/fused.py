@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from ..base import Context, PositionalEncoding, overrides
 from ..positions import Positions
+from ..utils import compiling
 
 BLOCK = 256  # queries per kernel call on the causal path with a bias (measured)
 KEY_BIAS_BLOCK = 128  # queries per call with a key_bias: the term is recentred per
@@ -120,7 +121,8 @@ def key_bias_blocks(q, k, v, w, scale) -> torch.Tensor:
     b, h, i, d = q.shape
     w = w.expand(b, h, k.shape[2])
     if q.device.type == "cpu" and hasattr(torch.ops.aten, _CPU_FLASH):
-        return _KeyBiasFlash.apply(q, k, v, w, scale)
+        if not compiling():  # torch.compile traces the plain blocks below
+            return _KeyBiasFlash.apply(q, k, v, w, scale)
     out = []
     for block in _key_bias_blocks(q, k, v, w, scale):
         q1, k1, v1, offset = block
