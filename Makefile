@@ -1,4 +1,5 @@
-# Two commands (see README):  make site   builds the website;  make test   runs every test.
+# Two commands (see README):  make site   builds the website and its PDF;  make test   runs
+# every test.
 # Both create the virtual environment .venv from the pinned requirements on first use.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -17,11 +18,16 @@ $(STAMP): requirements.txt pyproject.toml
 
 env: $(STAMP)
 
+# The whole site: the pages, then the book as one PDF, which the site serves (its front
+# page links it). Chromium prints the PDF: look for it before the long build.
 site: $(STAMP)
+	$(PY) -m tools.build.pdf --check-chromium
 	$(PY) -m tools.build.site
+	$(PY) -m tools.build.pdf
 
-# The book as one PDF, _build/pdf/positional-encoding-course.pdf (tools/build/pdf.py):
-# reuses the site build's executed notebooks (builds the site first if it is stale).
+# The PDF alone, _build/pdf/positional-encoding-course.pdf (tools/build/pdf.py), into
+# the built site: reuses the site build's executed notebooks (builds the site first if
+# it is stale).
 pdf: $(STAMP)
 	$(PY) -m tools.build.pdf
 
