@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: site test test-gpu env clean pdf
+.PHONY: site html test test-gpu env clean pdf
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ site: $(STAMP)
 	$(PY) -m tools.build.pdf --check-chromium
 	$(PY) -m tools.build.site
 	$(PY) -m tools.build.pdf
+
+# The pages alone (a quicker loop while writing): the front page's PDF link serves the
+# PDF printed last, if any (_build/extra), until the next `make site` or `make pdf`.
+html: $(STAMP)
+	$(PY) -m tools.build.site
 
 # The PDF alone, _build/pdf/positional-encoding-course.pdf (tools/build/pdf.py), into
 # the built site: reuses the site build's executed notebooks (builds the site first if
