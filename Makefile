@@ -1,4 +1,5 @@
-# Two commands (see README):  make site   builds the website;  make test   runs every test.
+# Two commands (see README):  make site   builds the website and its PDF;  make test   runs
+# every test.
 # Both create the virtual environment .venv from the pinned requirements on first use.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -6,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: site test test-gpu env clean pdf
+.PHONY: site html test test-gpu env clean pdf
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,11 +18,21 @@ $(STAMP): requirements.txt pyproject.toml
 
 env: $(STAMP)
 
+# The whole site: the pages, then the book as one PDF, which the site serves (its front
+# page links it). Chromium prints the PDF: look for it before the long build.
 site: $(STAMP)
+	$(PY) -m tools.build.pdf --check-chromium
+	$(PY) -m tools.build.site
+	$(PY) -m tools.build.pdf
+
+# The pages alone (a quicker loop while writing): the front page's PDF link serves the
+# PDF printed last, if any (_build/extra), until the next `make site` or `make pdf`.
+html: $(STAMP)
 	$(PY) -m tools.build.site
 
-# The book as one PDF, _build/pdf/positional-encoding-course.pdf (tools/build/pdf.py):
-# reuses the site build's executed notebooks (builds the site first if it is stale).
+# The PDF alone, _build/pdf/positional-encoding-course.pdf (tools/build/pdf.py), into
+# the built site: reuses the site build's executed notebooks (builds the site first if
+# it is stale).
 pdf: $(STAMP)
 	$(PY) -m tools.build.pdf
 

@@ -249,3 +249,103 @@ def test_the_pdf_downloads_from_the_intro(open_page):
     url = page.evaluate("(a) => a.href", link.element_handle())
     response = page.request.get(url)
     assert response.status == 200 and response.body()[:5] == b"%PDF-", url
+
+
+# ---- every page: no script error; the search field (imports kept with the tests
+# that use them)
+import collections  # noqa: E402
+import pathlib  # noqa: E402
+import re  # noqa: E402
+
+# Every page of the site, slides included (the theme's Jinja macros in _static/ are
+# not pages)
+SITE_PAGES = sorted(
+    p for p in HTML.rglob("*.html") if "_static" not in p.relative_to(HTML).parts
+)
+SCRIPT_RE = re.compile(r"<script\b([^>]*)>(.*?)</script>", re.S)
+DECLARATION_RE = re.compile(r"(?:^|[;{}]\s*|\n\s*)(?:const|let|class)\s+([\w$]+)")
+
+
+def kinds_of_page() -> dict[tuple[str, ...], pathlib.Path]:
+    """The smallest page of each kind: pages that load the same scripts (the theme's,
+    MathJax, plotly, reveal.js) are one kind."""
+    kinds: dict[tuple[str, ...], pathlib.Path] = {}
+    for page in SITE_PAGES:
+        sources = tuple(
+            re.sub(r"\?.*", "", m.split('src="')[1].split('"')[0]).split("/")[-1]
+            for m, _ in SCRIPT_RE.findall(page.read_text(errors="replace"))
+            if 'src="' in m
+        )
+        if sources not in kinds or page.stat().st_size < kinds[sources].stat().st_size:
+            kinds[sources] = page
+    return kinds
+
+
+def test_no_page_declares_a_script_name_twice(server):
+    """Every page, read as text: a name declared with const, let or class by two of a
+    page's inline scripts is a SyntaxError in the browser (sphinx-thebe's
+    `const THEBE_JS_URL`, added twice by Sphinx 7.4: tools/build/inline_scripts.py)."""
+    twice = []
+    for page in SITE_PAGES:
+        names = collections.Counter()
+        for attrs, body in SCRIPT_RE.findall(page.read_text(errors="replace")):
+            if "src=" in attrs or ("type=" in attrs and "javascript" not in attrs):
+                continue  # a file, or data (JSON, thebe's config), not a script
+            names.update(set(DECLARATION_RE.findall(body)))
+        twice += [f"{page.relative_to(HTML)}: {n}" for n, c in names.items() if c > 1]
+    assert not twice, "declared twice: " + ", ".join(twice[:10])
+
+
+def test_no_page_logs_an_error_in_the_browser(browser, server):
+    """No page throws or logs an error to the console (a failed request included)
+    while it loads: the smallest page of each kind, in Chromium (every chapter
+    loads the same scripts as the smallest one of its kind; the page test above
+    opens them all)."""
+    from tests.browser import _refresh_target
+
+    kinds = kinds_of_page()
+    assert len(kinds) >= 4, kinds  # the theme's with and without maths, plotly, slides
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    current = [""]
+    page.on("pageerror", lambda e: errors.append(f"{current[0]}: {e}"))
+    page.on(
+        "console",
+        lambda m: m.type == "error" and errors.append(f"{current[0]}: {m.text}"),
+    )
+    page.route(
+        "**/*",
+        lambda r: (
+            r.continue_()
+            if urlparse(r.request.url).hostname == "127.0.0.1"
+            or r.request.url.startswith("data:")
+            else r.abort()
+        ),
+    )
+    for file in sorted(kinds.values()):
+        current[0] = path = file.relative_to(HTML).as_posix()
+        page.goto(f"{server}/{path}", wait_until="load")
+        target = _refresh_target(file)
+        if target:  # index.html: the page it redirects to, loaded too
+            page.wait_for_url(f"**/{target}", wait_until="load")
+        page.evaluate(
+            "() => window.MathJax && MathJax.startup && MathJax.startup.promise"
+        )
+    page.close()
+    assert not errors, f"{len(errors)} errors:\n" + "\n".join(errors[:20])
+
+
+SEARCH_CONTROLS_JS = """() => [...document.querySelectorAll(
+    '.search-button-field, .search-button, input[type=search]')]
+  .filter((e) => e.checkVisibility() && !e.closest('dialog'))
+  .map((e) => e.className || e.tagName)"""
+
+
+def test_one_search_field_on_a_desktop_and_a_search_button_on_a_phone(open_page):
+    page = open_page(f"{NOTEBOOK_PAGES[0]}.html", width=1280)
+    shown = page.evaluate(SEARCH_CONTROLS_JS)
+    assert len(shown) == 1, f"search controls on the desktop page: {shown}"
+    page.set_viewport_size({"width": 390, "height": 900})
+    page.evaluate(NEXT_FRAME_JS)
+    shown = page.evaluate(SEARCH_CONTROLS_JS)
+    assert len(shown) == 1, f"search controls at phone width: {shown}"

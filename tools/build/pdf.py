@@ -1,7 +1,8 @@
 """The whole book as one PDF: Jupyter Book's single-page build printed by Chromium.
 
-    python -m tools.build.pdf         # after `make site`: `make pdf`
+    python -m tools.build.pdf         # `make site` runs it after the site build
     -> _build/pdf/positional-encoding-course.pdf   (also served by the site, see below)
+    python -m tools.build.pdf --check-chromium   # only: is there a Chromium to print?
 
 Three steps:
 
@@ -272,7 +273,16 @@ def main() -> int:
         action="store_true",
         help="print the existing single-page build again (no Sphinx build)",
     )
+    parser.add_argument(
+        "--check-chromium",
+        action="store_true",
+        help="only check that Chromium is there to print the PDF (make site runs "
+        "this before the site build)",
+    )
     args = parser.parse_args()
+    if args.check_chromium:
+        print(f"[pdf] printing with {chromium()}", flush=True)
+        return 0
     start = time.time()
     if not args.print_only:
         ensure_site_cache()
