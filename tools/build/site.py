@@ -18,6 +18,7 @@ does the same for the built pages.
 from __future__ import annotations
 
 import hashlib
+import os
 import pathlib
 import shutil
 import subprocess
@@ -55,6 +56,7 @@ def library_hash() -> str:
 
 def main() -> int:
     fresh = "--fresh" in sys.argv
+    os.environ["POSENC_BOOK_BUILD"] = "1"  # checks print neutral verdicts on the site
     current = library_hash()
     if fresh or stamp_of(CACHE_STAMP) != current:
         reason = "--fresh" if fresh else "posenc_lib or the environment changed"
