@@ -70,8 +70,6 @@ __all__ = [
     "CHECKS",
     "all_checks",
     "numbers",
-    "BOOK_BUILD",
-    "book_build",
 ]
 
 BOOK_BUILD = "POSENC_BOOK_BUILD"  # "1" where the book's build executes the chapters
