@@ -259,3 +259,83 @@ def test_a_right_answer_that_changes_its_inputs_is_still_right():
             wrong.append((label, result.message))
     assert not wrong, wrong
     assert tried > 20, tried
+
+
+# ---- on the website a check never states the answer; a student's check does ---------
+
+
+def _printed(label: str, answer) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        pl.exercises.check(label, answer)
+    return " ".join(out.getvalue().split())
+
+
+def test_the_book_build_prints_a_neutral_verdict_and_a_student_the_message(
+    monkeypatch,
+):
+    """Under ``POSENC_BOOK_BUILD=1`` (the book's builds) a check on the chapter's own
+    solution prints "right" and nothing of what it checked, which would state the
+    answer under the hidden solution; without it (a student's notebook) it prints
+    the whole message. A "not yet" is printed in full either way."""
+    tried = 0
+    for label, solution in sorted(solutions().items()):
+        if solution is None or not verify(label, solution).passed:
+            continue
+        tried += 1
+        message = verify(label, solution).message
+        monkeypatch.delenv(pl.exercises.BOOK_BUILD, raising=False)
+        student = _printed(label, solution)
+        assert student.endswith(" ".join(message.split())[1:]), student
+        assert ": right." in student
+        monkeypatch.setenv(pl.exercises.BOOK_BUILD, "1")
+        book = _printed(label, solution)
+        neutral = " ".join(Result(label, True, message).neutral().split())
+        assert book == neutral and message[1:20] not in book, book
+        assert _printed(label, ...).startswith(
+            f"Exercise {pl.exercises.numbers()[label]} ({label}): not yet. No answer"
+        )
+    assert tried > 20, tried
+
+
+def executed_check_outputs(cache: pathlib.Path) -> list[tuple[str, str, str]]:
+    """(chapter, label, printed text) of every check cell of the book, as the site's
+    execution cache ``cache`` (``_build/.jupyter_cache``, which nbval fills and the
+    site build renders) holds them; a chapter it does not hold gives no output."""
+    import nbformat
+    from jupyter_cache import get_cache
+
+    found = []
+    for path in sorted((ROOT / "book").rglob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        try:
+            _, nb = get_cache(cache).merge_match_into_notebook(nb)
+        except KeyError:  # never executed with this code
+            pass
+        for cell in nb.cells:
+            if "check" not in tags(cell):
+                continue
+            label = CHECK_CALL.search(cell.source)[1]
+            text = "".join(o.get("text", "") for o in cell.get("outputs", []))
+            found.append((path.relative_to(ROOT).as_posix(), label, text))
+    return found
+
+
+@pytest.mark.build
+def test_no_check_output_on_the_site_states_an_answer():
+    """Every check cell the site shows (from the execution cache that nbval fills and
+    the site build renders) prints only the neutral verdict "right", never what was
+    checked. Run by the test command after the site build."""
+    cache = ROOT / "_build" / ".jupyter_cache"
+    if not cache.is_dir():
+        pytest.skip(f"no site build: {cache} is missing (make site)")
+    found = executed_check_outputs(cache)
+    assert len(found) == len(book_check_cells())
+    stated = [
+        f"{where}: {text.strip()[:200] or '(no output: not executed?)'}"
+        for where, label, text in found
+        if " ".join(text.split()) != Result(label, True, "").neutral()
+    ]
+    assert not stated, "check outputs that say more than the verdict:\n" + "\n".join(
+        stated
+    )

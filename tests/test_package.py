@@ -5,6 +5,8 @@ package into fresh virtual environments, as a library user and as a student woul
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import json
 import pathlib
 import re
@@ -14,6 +16,13 @@ import sys
 import venv
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib
 
 import posenc_lib as pl
 
@@ -76,24 +85,81 @@ def test_a_course_module_without_its_extra_names_the_extra(blocked, module):
 # ---- fresh environments: the library alone, then with the course ----
 
 
-def _chapter_imports() -> set[str]:
-    """The top-level modules the chapters import (posenc_lib's own modules aside)."""
+def _imports(code: str, filename: str) -> set[str]:
+    """The modules ``code`` imports (``ast``: ``import x.y`` and ``from x.y import
+    z`` give ``x.y``; relative imports aside)."""
     found = set()
-    for path in sorted((ROOT / "book").glob("part*/*.ipynb")):
+    for node in ast.walk(ast.parse(code, filename=filename)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def _chapter_imports() -> set[str]:
+    """The modules the chapters' code cells import (IPython's ``%``/``!`` lines
+    aside)."""
+    found = set()
+    for path in sorted((ROOT / "book").rglob("*.ipynb")):
         nb = json.loads(path.read_text())
         for cell in nb["cells"]:
             if cell["cell_type"] != "code":
                 continue
-            src = "".join(cell["source"])
-            found |= set(re.findall(r"^\s*import ([\w.]+)", src, re.M))
-            found |= set(re.findall(r"^\s*from ([\w.]+) import", src, re.M))
-    return {m for m in found if not m.startswith(".")}
+            lines = "".join(cell["source"]).splitlines()
+            code = "\n".join(
+                "" if line.lstrip().startswith(("%", "!")) else line for line in lines
+            )
+            found |= _imports(code, str(path))
+    return found
+
+
+def _student_requirements() -> list[Requirement]:
+    """What the student README's install line and the Colab cell of every chapter
+    install: the ``posenc_lib`` requirement of each (``"posenc_lib[course] @ ..."``)."""
+    from tools.authoring.colab_cell import canonical_source
+    from tools.build.student_edition import readme
+
+    readme_line = re.search(r'pip install "(posenc_lib[^"]*)"', readme())
+    colab_line = re.search(r'url = f"(posenc_lib[^"]*)"', canonical_source())
+    assert readme_line and colab_line, "no posenc_lib install line found"
+    return [Requirement(m[1]) for m in (readme_line, colab_line)]
+
+
+def test_the_student_readme_and_the_colab_cell_install_what_the_chapters_import():
+    """The student README and the Colab cell install ``posenc_lib`` with the same
+    extras, and the library's dependencies with those extras provide every
+    top-level module the chapters import (plotly included): the fresh install below
+    imports them."""
+    readme_req, colab_req = _student_requirements()
+    assert readme_req.name == colab_req.name == "posenc_lib"
+    assert readme_req.extras == colab_req.extras == {"course"}
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = list(meta["dependencies"])
+    for extra in readme_req.extras:
+        wanted += meta["optional-dependencies"][extra]
+    declared = {canonicalize_name(Requirement(r).name) for r in wanted}
+    provides = importlib.metadata.packages_distributions()
+    imported = _chapter_imports()  # and what the library imports for them
+    for path in (ROOT / "posenc_lib").rglob("*.py"):
+        imported |= _imports(path.read_text(), str(path))
+    third_party = {
+        m.split(".")[0]
+        for m in imported
+        if m.split(".")[0] not in sys.stdlib_module_names
+        and m.split(".")[0] != "posenc_lib"
+    }
+    assert {"plotly", "IPython", "matplotlib", "sympy"} <= third_party
+    for module in sorted(third_party):
+        dists = {canonicalize_name(d) for d in provides.get(module, [])}
+        assert dists & declared, f"{module} (from {dists}) is in no declared dependency"
 
 
 @pytest.mark.build
 def test_fresh_installs_the_library_alone_and_with_the_course(tmp_path):
     """``pip install .`` then ``import posenc_lib``: no plotting library is even
-    installed; ``pip install ".[course]"``: every module a chapter imports imports.
+    installed; then ``posenc_lib`` with the extras the student README installs
+    (``[course]``): every module a chapter's code imports (``ast``) imports.
     torch comes first from the pinned local wheel (requirements.txt), as the Makefile
     installs it, so that no CUDA build is downloaded."""
     # what a clone holds (the tracked files): pip builds in the source folder
@@ -136,7 +202,10 @@ def test_fresh_installs_the_library_alone_and_with_the_course(tmp_path):
     assert out.splitlines()[0] == "[]", (
         out
     )  # none is installed (sympy comes with torch)
-    pip(f"{source}[course]")
+    # what the student README installs (the extras of its posenc_lib line), from the
+    # clone instead of the repository's URL
+    extras = ",".join(sorted(_student_requirements()[0].extras))
+    pip(f"{source}[{extras}]")
     modules = sorted(_chapter_imports())
     assert "posenc_lib.interactive" in modules and "sympy" in modules
     run(f"import importlib\nfor m in {modules!r}: importlib.import_module(m)", python)

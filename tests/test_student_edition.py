@@ -1,6 +1,8 @@
 """The student edition (tools/build/student_edition.py): solutions and the cells that
-check them removed, an answer cell after each exercise, everything else kept, and the
-notebooks still execute (tests/test_student_notebooks.py runs them)."""
+check them removed, an answer cell after each exercise, everything else kept, its
+Markdown rendered by Colab as the site shows it (no MyST left: the checks of
+tests/test_colab_edition.py), and the notebooks still execute
+(tests/test_student_notebooks.py runs them)."""
 
 from __future__ import annotations
 
@@ -16,11 +18,13 @@ import pytest
 
 import posenc_lib.exercises as pl_exercises
 
+from test_colab_edition import leftovers, rendered
 from tools.authoring.colab_cell import canonical_source
-from tools.build import student_edition
+from tools.build import colab_edition, student_edition
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ENTRIES = student_edition.toc_notebooks()
+EXERCISE = re.compile(r"\*\*Exercise (\d+\.)?(\d+)[.*]")  # "**Exercise 14.2.**"
 
 
 def code_cells(nb: dict) -> list[dict]:
@@ -62,8 +66,15 @@ def solution_lines(nb: dict) -> set[str]:
 
 @pytest.fixture(scope="module")
 def edition(tmp_path_factory):
+    """Written without executed notebooks (glued numbers: "run the notebook")."""
     out = tmp_path_factory.mktemp("student")
-    return out, student_edition.build(out)
+    return out, student_edition.build(
+        out, executed=None, allow_missing=True, use_cache=False
+    )
+
+
+def student_path(out: pathlib.Path, entry: str) -> pathlib.Path:
+    return out / pathlib.Path(entry).relative_to("book").with_suffix(".ipynb")
 
 
 def test_every_check_cell_of_a_solution_is_tagged():
@@ -93,9 +104,13 @@ def test_no_solution_survives_in_the_student_edition(edition, entry):
     student = json.loads(path.read_text())
     text = json.dumps(student, ensure_ascii=False)
     assert "{solution" not in text
-    assert json.dumps(original).count("{solution-start}") == text.count("{exercise}"), (
-        "every exercise of the chapter has a solution, gated in its own cells"
+    assert "<details>" not in text and "Solution to" not in text
+    markdown = "\n".join(
+        "".join(c["source"]) for c in student["cells"] if c["cell_type"] == "markdown"
     )
+    assert json.dumps(original).count("{solution-start}") == len(
+        EXERCISE.findall(markdown)
+    ), "every exercise of the chapter has a solution, gated in its own cells"
     sources = "\n".join("".join(c["source"]) for c in student["cells"])
     for line in solution_lines(original):
         assert line not in sources, f"solution text survives: {line[:80]!r}"
@@ -131,14 +146,24 @@ def test_everything_else_is_kept_and_each_exercise_gets_an_answer_cell(edition, 
         for c in code_cells(student)
         if student_edition.ANSWER_TAG not in tags(c)
     ] == kept
-    # The exercises themselves stay, each followed by its answer cell.
+    # The exercises themselves stay (numbered as on the site), each followed by its
+    # answer cell, which carries the same number.
     n_exercises = json.dumps(original).count("{exercise}")
-    assert json.dumps(student).count("{exercise}") == n_exercises
-    assert len(answers) == n_exercises
     cells = student["cells"]
+    numbered = [
+        m[2]
+        for c in cells
+        if c["cell_type"] == "markdown"
+        for m in EXERCISE.finditer("".join(c["source"]))
+    ]
+    assert numbered == [str(k) for k in range(1, n_exercises + 1)]
+    assert len(answers) == n_exercises
     for k, cell in enumerate(cells):
         if student_edition.ANSWER_TAG in tags(cell):
-            assert "{exercise}" in "".join(cells[k - 1]["source"])
+            before = "".join(cells[k - 1]["source"])
+            number = ".".join(cell["id"].split("-")[1:])  # answer-10-2: 10.2
+            assert "".join(cell["source"]).startswith(f"# Exercise {number}:")
+            assert "".join(EXERCISE.findall(before)[-1]) == number
     # A coding exercise's solution code is gone; its answer cell starts from the
     # check's stub, and the check cell follows it.
     checks = pl_exercises.all_checks()
@@ -167,7 +192,7 @@ def test_no_check_solution_code_survives_in_the_student_edition(edition):
         assert label in student_edition.checked_labels(nb), (
             f"{entry}: {label} has a check but no check cell"
         )
-        path = out / pathlib.Path(entry).relative_to("book").with_suffix(".ipynb")
+        path = student_path(out, entry)
         student = "\n".join(
             "".join(c["source"]) for c in json.loads(path.read_text())["cells"]
         )
@@ -225,3 +250,52 @@ def test_exercises_are_numbered_as_on_the_site(edition):
 # Every student notebook is executed, with the solutions and with planted wrong
 # answers, by tests/test_student_notebooks.py (marked build: it runs beside the site
 # build).
+
+
+# ---- as Colab shows it: no MyST, numbers from the build ----------------------------
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_student_edition_shows_no_myst_in_colab(edition, entry):
+    """Rendered as Colab renders Markdown (CommonMark, ``$…$``), the student notebook
+    shows no role, directive fence, ``:label:`` line, ``{glue`` or target (the
+    checks of tests/test_colab_edition.py), and no solution."""
+    out, _ = edition
+    path = student_path(out, entry)
+    problems = [p for html in rendered(path) for p in leftovers(html)]
+    assert not problems, "\n".join(problems[:10])
+    html = "\n".join(rendered(path))
+    assert "<details>" not in html and "Solution to" not in html
+    assert json.loads(path.read_text())["metadata"]["posenc_edition"] == "student"
+
+
+def test_links_to_chapters_open_the_student_notebooks(edition):
+    """A link to another chapter stays relative (its student notebook, beside it in
+    the zip), never to the Colab edition, which holds the solutions."""
+    out, written = edition
+    text = "\n".join(p.read_text() for p in written)
+    assert colab_edition.COLAB not in text
+    links = re.findall(r"\]\((\.\./part\d/\w+\.ipynb)", text)
+    assert links, "no chapter links to check"
+    for path in written:
+        for link in re.findall(r"\]\((\.\./part\d/\w+\.ipynb)", path.read_text()):
+            assert (path.parent / link).resolve().exists(), (path.name, link)
+
+
+@pytest.mark.build
+def test_the_served_student_edition_has_every_measured_number(tmp_path):
+    """After the site build: the student edition it served
+    (``_build/html/student``, written by tools/build/site.py from the build's
+    executed notebooks) quotes every measured number, and the edition built again
+    from the executed notebooks needs no placeholder."""
+    executed = ROOT / "_build" / "jupyter_execute"
+    served = ROOT / "_build" / "html" / "student" / student_edition.ZIP_NAME
+    if not executed.exists():
+        pytest.fail("no _build/jupyter_execute: build the site first (make site)")
+    assert served.exists(), f"{served} is missing: tools/build/site.py writes it"
+    student_edition.build(tmp_path, executed=executed)  # stops on a missing value
+    with zipfile.ZipFile(served) as archive:
+        for name in archive.namelist():
+            text = archive.read(name).decode()
+            assert colab_edition.MISSING not in text, name
+            assert "{glue" not in text, name

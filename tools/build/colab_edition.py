@@ -437,10 +437,12 @@ def convert(
     glued: dict[str, dict] | None,
     bib,
     allow_missing: bool = False,
+    converter: type[Converter] = Converter,
 ) -> tuple[dict, Converter]:
-    """The Colab edition of the notebook ``nb`` (a dict, not modified)."""
+    """The Colab edition of the notebook ``nb`` (a dict, not modified); ``converter``:
+    a subclass for another edition (the student edition's links, see there)."""
     out = copy.deepcopy(nb)
-    conv = Converter(entry, chapter, glued, bib, allow_missing)
+    conv = converter(entry, chapter, glued, bib, allow_missing)
     cells = []
     for cell in out["cells"]:
         source = "".join(cell["source"])

@@ -28,6 +28,7 @@ reads it back.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import shutil
 import time
@@ -101,6 +102,9 @@ def pytest_configure(config):
 
     RunningKernel.execute_cell_input = _execute_as_a_notebook_does
     config._posenc_recorder = NotebookRecorder()
+    # the site shows these outputs: a check under a hidden solution prints a neutral
+    # verdict (posenc_lib.exercises.check); the kernels inherit this environment
+    os.environ["POSENC_BOOK_BUILD"] = "1"
     if _controller(config):
         shutil.rmtree(STAGE, ignore_errors=True)
         STAGE.mkdir(parents=True, exist_ok=True)

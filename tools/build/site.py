@@ -18,6 +18,7 @@ does the same for the built pages.
 from __future__ import annotations
 
 import hashlib
+import os
 import pathlib
 import shutil
 import subprocess
@@ -55,6 +56,7 @@ def library_hash() -> str:
 
 def main() -> int:
     fresh = "--fresh" in sys.argv
+    os.environ["POSENC_BOOK_BUILD"] = "1"  # checks print neutral verdicts on the site
     current = library_hash()
     if fresh or stamp_of(CACHE_STAMP) != current:
         reason = "--fresh" if fresh else "posenc_lib or the environment changed"
@@ -79,21 +81,13 @@ def main() -> int:
     if stale:
         cmd.append("--all")
     # Generated pages first: the errata index, the teaching guide's chapter
-    # index and its sessions' facts are collected from the chapters, and
-    # the student edition (served from the site, see html_extra_path) from the
-    # notebooks.
+    # index and its sessions' facts are collected from the chapters.
     failed = generated.run()
     if failed:
         print(f"[build] a generator failed: {failed}", flush=True)
         return 1
-    student = BUILD / "extra" / "student"
-    shutil.rmtree(student, ignore_errors=True)
-    subprocess.run(
-        [sys.executable, "-m", "tools.build.student_edition", str(student)],
-        cwd=ROOT,
-        check=True,
-    )
-    session_bundles.build(student)  # a zip of each session's student notebooks
+    shutil.rmtree(BUILD / "extra" / "student", ignore_errors=True)  # its old place
+    (BUILD / "extra").mkdir(parents=True, exist_ok=True)  # html_extra_path
     start = time.time()
     result = subprocess.run(cmd, cwd=ROOT)
     print(
@@ -110,6 +104,11 @@ def main() -> int:
     STAMP.write_text(current)
     CACHE_STAMP.write_text(current)
     print(f"[build] open {BUILD / 'html' / 'index.html'}")
+    # The student edition, quoting the numbers this build measured, into the site
+    # (the teaching guide links _build/html/student/posenc-student-notebooks.zip).
+    student = [sys.executable, "-m", "tools.build.student_edition"]
+    subprocess.run([*student, str(BUILD / "html" / "student")], cwd=ROOT, check=True)
+    session_bundles.build(BUILD / "html" / "student")  # and one zip per session
     # The teaching guide's slides, one deck per session, from this build's executed
     # notebooks (so after the build), into the site: _build/html/slides.
     subprocess.run([sys.executable, "-m", "tools.build.slides"], cwd=ROOT, check=True)

@@ -1,12 +1,24 @@
 """The student edition: every chapter notebook with the exercise solutions removed,
-generated from the one source (never edited by hand).
+in the Markdown that Colab and Jupyter render, generated from the one source (never
+edited by hand).
 
     python -m tools.build.student_edition [OUT]   # default OUT: _build/student
+        [--executed DIR]   # the measured numbers: a build's _build/jupyter_execute
+                           # (default: that folder, then the execution cache)
+        [--allow-missing]  # no executed copy needed
 
 writes ``OUT/<part>/<chapter>.ipynb`` for every notebook of ``_toc.yml`` and
 ``OUT/posenc-student-notebooks.zip`` with all of them and a README (how to run them
-locally and in Colab). ``tools/build/site.py`` runs it and the site serves the zip
-(``html_extra_path``), linked from the teaching guide.
+locally and in Colab). ``tools/build/site.py`` runs it after the build (the numbers
+the prose quotes come from that build's executed notebooks) into the site,
+``_build/html/student/``; the teaching guide links the zip.
+
+Its Markdown goes through the Colab edition's converter
+(``tools/build/colab_edition.py``): exercises numbered as on the site ("**Exercise
+14.2.**"), boxes as block quotes, citations and the reference list written out, figure
+captions, and every ``{glue:text}`` replaced by the value the build measured, so no
+MyST is left. A link to another chapter stays relative: it opens that chapter's
+student notebook, beside it in the zip.
 
 What is removed, by nbconvert's ``TagRemovePreprocessor`` (cells by tag):
 
@@ -35,6 +47,7 @@ with planted wrong answers in its answer cells).
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import pathlib
@@ -46,6 +59,7 @@ import nbformat
 from nbconvert.preprocessors import TagRemovePreprocessor
 
 from tools import toc
+from tools.build import colab_edition
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ZIP_NAME = "posenc-student-notebooks.zip"
@@ -194,16 +208,74 @@ def readme() -> str:
     return README.format(url=_config_value("url"), branch=_config_value("branch"))
 
 
-def build(out_dir: pathlib.Path) -> list[pathlib.Path]:
-    written = []
-    numbers = toc.chapter_numbers()
+class StudentConverter(colab_edition.Converter):
+    """The Colab edition's converter, but a link to another chapter stays relative:
+    it opens that chapter's student notebook (the zip keeps the book's layout), not
+    the Colab edition, which holds the solutions."""
+
+    def chapter_link(self, m: re.Match) -> str:
+        return m.group(0)
+
+
+def student_notebook(
+    nb: dict,
+    entry: str,
+    chapter: int | None,
+    glued: dict[str, dict] | None,
+    bib,
+    allow_missing: bool = False,
+) -> tuple[dict, colab_edition.Converter]:
+    """The student edition of ``nb`` (the chapter ``entry``, ``book/part3/alibi``):
+    solutions removed and answer cells added (:func:`strip_solutions`), then its
+    Markdown rewritten as the Colab edition rewrites it, with the glued values
+    ``glued`` (``colab_edition.glued_outputs``)."""
+    student, _ = strip_solutions(nb, chapter)
+    out, conv = colab_edition.convert(
+        json.loads(json.dumps(student)),
+        entry,
+        chapter,
+        glued,
+        bib,
+        allow_missing,
+        converter=StudentConverter,
+    )
+    out["metadata"]["posenc_edition"] = "student"
+    return out, conv
+
+
+def build(
+    out_dir: pathlib.Path,
+    executed: pathlib.Path | None = colab_edition.EXECUTED,
+    allow_missing: bool = False,
+    use_cache: bool = True,
+) -> list[pathlib.Path]:
+    """Write every student notebook and the zip into ``out_dir``; the numbers the
+    prose quotes from ``executed`` (a build's executed notebooks) or, if
+    ``use_cache``, the execution cache. A value found in neither stops it, naming
+    the values, unless ``allow_missing`` (then the text says to run the notebook)."""
+    written, missing = [], {}
+    numbers, bib = toc.chapter_numbers(), colab_edition.load_bib()
     for entry in toc_notebooks():
         nb = json.loads((ROOT / f"{entry}.ipynb").read_text())
-        student, _ = strip_solutions(nb, numbers.get(entry))
+        glued = colab_edition.glued_outputs(entry, executed, use_cache)
+        student, conv = student_notebook(
+            nb, entry, numbers.get(entry), glued, bib, allow_missing
+        )
+        if conv.missing:
+            missing[entry] = sorted(set(conv.missing))
         path = out_dir / pathlib.Path(entry).relative_to("book").with_suffix(".ipynb")
         path.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(student, path)
+        path.write_text(json.dumps(student, indent=1, ensure_ascii=False) + "\n")
         written.append(path)
+    if missing and not allow_missing:
+        raise SystemExit(
+            f"the student edition needs the values glued by the executed notebooks "
+            f"(looked in {executed}{' and the execution cache' if use_cache else ''}):"
+            "\n"
+            + "\n".join(f"  {e}: {', '.join(names)}" for e, names in missing.items())
+            + "\nbuild the site first (make site), point --executed at a build's "
+            "jupyter_execute folder, or pass --allow-missing"
+        )
     with zipfile.ZipFile(out_dir / ZIP_NAME, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("README.md", readme())
         for path in written:
@@ -212,10 +284,28 @@ def build(out_dir: pathlib.Path) -> list[pathlib.Path]:
 
 
 def main() -> int:
-    out_dir = (
-        pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "_build" / "student"
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    written = build(out_dir)
+    parser.add_argument("out", nargs="?", default=str(ROOT / "_build" / "student"))
+    parser.add_argument(
+        "--executed",
+        help="folder of executed notebooks (a build's _build/jupyter_execute); "
+        "default: _build/jupyter_execute, then the execution cache",
+    )
+    parser.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help=f'write "{colab_edition.MISSING}" where no executed value exists',
+    )
+    args = parser.parse_args()
+    executed = (
+        pathlib.Path(args.executed).resolve()
+        if args.executed
+        else colab_edition.EXECUTED
+    )
+    out_dir = pathlib.Path(args.out)
+    written = build(out_dir, executed, args.allow_missing, not args.executed)
     print(f"wrote {len(written)} student notebooks and {ZIP_NAME} to {out_dir}")
     return 0
 

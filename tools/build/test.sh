@@ -36,7 +36,8 @@ lane1() {
     "${XDIST[@]}" "${CHAPTERS[@]}" || return 1
   echo "== lane 1: the strict site build, every page from the execution cache"
   POSENC_EXPECT_CACHED=1 "$PY" -m pytest tests/test_notebooks.py \
-    tests/test_colab_edition.py -m build -q -rs || return 1
+    tests/test_colab_edition.py tests/test_student_edition.py tests/test_exercises.py \
+    -m build -q -rs || return 1
   echo "== lane 1: the book as one PDF, from the same cache"
   "$PY" -m tools.build.pdf > "$LOGS/pdf.log" 2>&1 || { tail -40 "$LOGS/pdf.log"; return 1; }
   "$PY" -m pytest tests/test_pdf.py -m build -q -rs || return 1

@@ -11,6 +11,15 @@ found and the value expected: never the solution's code). It never raises: an an
 that crashes, returns ``None`` or the wrong type is reported like any other mistake,
 so a student notebook runs top to bottom whatever is in its answer cells.
 
+On the website a check runs on the chapter's own solution, which is hidden under
+"Solution": there, what a check says it tested would give the answer away ("the key
+is reflected at odd distances only"). So when the environment variable
+``POSENC_BOOK_BUILD`` is ``1`` (the book's builds set it for the kernels that execute
+the chapters: ``tools/build/site.py``, ``tools/build/pages.py`` and nbval's
+``tools/build/nbval_cache.py``), a passing check prints only its neutral verdict
+(:meth:`Result.neutral`). A reader who runs the check in a notebook of their own gets
+the full message, as does every "not yet".
+
 Each chapter's checks live in ``posenc_lib/course/exercises/<chapter>.py``, registered
 with :func:`exercise`; :func:`plant` records wrong answers the tests feed to each check
 (each must give its own message). The student edition (``tools/build/student_edition``)
@@ -38,6 +47,7 @@ import importlib
 import importlib.resources
 import json
 import math
+import os
 import pkgutil
 import re
 import textwrap
@@ -62,6 +72,8 @@ __all__ = [
     "numbers",
 ]
 
+BOOK_BUILD = "POSENC_BOOK_BUILD"  # "1" where the book's build executes the chapters
+
 
 class Wrong(Exception):
     """A check's verdict that the answer is not right yet (its message says why)."""
@@ -75,12 +87,23 @@ class Result:
     passed: bool
     message: str
 
+    def _name(self) -> str:
+        number = numbers().get(self.label)
+        return f"{number} ({self.label})" if number else self.label
+
     def __str__(self) -> str:
         mark = "right" if self.passed else "not yet"
         text = self.message[:1].upper() + self.message[1:]
-        number = numbers().get(self.label)
-        name = f"{number} ({self.label})" if number else self.label
-        return f"Exercise {name}: {mark}. {text}"
+        return f"Exercise {self._name()}: {mark}. {text}"
+
+    def neutral(self) -> str:
+        """The verdict without what was checked: what the website shows under a
+        hidden solution, where the message would state the answer."""
+        mark = "right" if self.passed else "not yet"
+        return (
+            f"Exercise {self._name()}: {mark}. (Run this check on your own answer "
+            "to see what it tests.)"
+        )
 
 
 @dataclasses.dataclass
@@ -181,8 +204,17 @@ def verify(label: str, answer: Any) -> Result:
 
 def check(label: str, answer: Any) -> None:
     """Check ``answer`` to exercise ``label`` ("ex-rope-complex" or "14.1") and print
-    the verdict (wrapped at 88 columns, as the book's code is)."""
-    print(textwrap.fill(str(verify(label, answer)), 88, break_long_words=False))
+    the verdict (wrapped at 88 columns, as the book's code is). In the book's build
+    (``POSENC_BOOK_BUILD=1``) a passing verdict is printed without its message, which
+    would state the answer under the hidden solution (see the module's docstring)."""
+    result = verify(label, answer)
+    text = result.neutral() if result.passed and book_build() else str(result)
+    print(textwrap.fill(text, 88, break_long_words=False))
+
+
+def book_build() -> bool:
+    """Whether the book's build is executing this chapter (``POSENC_BOOK_BUILD=1``)."""
+    return os.environ.get(BOOK_BUILD) == "1"
 
 
 def results() -> dict[str, Result]:
