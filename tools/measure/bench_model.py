@@ -55,7 +55,7 @@ ENCODINGS = [
     "nope", "rope", "alibi", "t5", "xpos", "fox", "sink", "stick_breaking", "cope",
     "path",
 ]  # fmt: skip
-# the two configurations of issue 32: vocab, D, h, N; tokens (b, n); dtype
+# the configurations the model-level targets name: vocab, D, h, N; tokens (b, n); dtype
 CONFIGS = {
     "cpu": dict(
         vocab=256, d_model=128, n_heads=4, n_layers=2, batch=1, n=1024, dtype="float32"
