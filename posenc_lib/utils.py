@@ -198,6 +198,19 @@ def check_integer(x: torch.Tensor, name: str, what: str = "positions") -> torch.
     return x
 
 
+def check_finite(t: object, name: str, what: str = "tensor") -> torch.Tensor:
+    """``t`` if it is a floating-point tensor with no NaN or infinity; else a
+    ``TypeError`` or ``ValueError`` naming it (one host sync)."""
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        raise TypeError(
+            f"{name} must be a floating-point {what}, got "
+            f"{getattr(t, 'dtype', type(t).__name__)}"
+        )
+    if not compiling() and not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} holds NaN or infinite values")
+    return t
+
+
 def check_heads(
     t: torch.Tensor, owner: object, n_heads: int, d_head: int | None = None, name="q"
 ) -> None:

@@ -617,3 +617,58 @@ def test_an_input_of_another_dtype_than_the_encoding_is_computed_or_named(name, 
             assert held and named, f"{name}, {what}: {message}"
             continue
         assert out.dtype == dtype, f"{name}, {what}: came back in {out.dtype}"
+
+
+# ---- NaN and shapes in the encodings' public helpers (a probe of every helper that
+# takes a float tensor: these passed NaN through, or failed inside broadcasting) -----
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: pl.linear_bias(torch.tensor([NAN, 0.5]), torch.arange(4.0)), "slope"),
+        (lambda: pl.linear_bias(torch.ones(2), torch.ones(1, 4)), "broadcast"),
+        (
+            lambda: pl.alibi_bias(torch.tensor([NAN, 0.5]), torch.arange(3)[None],
+                                  torch.arange(3)[None]),
+            "slopes",
+        ),
+        (
+            lambda: pl.cope_bias(torch.full((1, 1, 3, 4), NAN), torch.zeros(1, 1, 3, 3),
+                                 torch.zeros(4, 4)),
+            "q holds",
+        ),
+        (
+            lambda: pl.cope_bias(torch.zeros(1, 1, 3, 4), torch.zeros(1, 1, 3, 3),
+                                 torch.full((4, 4), NAN)),
+            "pos_emb holds",
+        ),
+        (lambda: pl.da_sigmoid(torch.tensor([0.0, NAN]), 1.0), "x holds NaN"),
+        (lambda: pl.da_sigmoid(torch.zeros(3), NAN), "v holds NaN"),
+        (lambda: pl.da_sigmoid(torch.zeros(3), float("inf")), "v must be finite"),
+        (lambda: pl.commutator(torch.full((3, 3), NAN), torch.eye(3)), "a holds"),
+        (lambda: pl.commutator(torch.eye(3), torch.eye(4)), "one size"),
+        (lambda: pl.commutator(torch.ones(3, 2), torch.ones(2, 3)), "square"),
+    ],
+)  # fmt: skip
+def test_helpers_refuse_nan_and_shapes_that_do_not_fit(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_helpers_still_take_what_they_document():
+    """Masked logits for CoPE, an infinite x for the DA sigmoid, broadcast slopes."""
+    logits = torch.zeros(1, 1, 3, 3).masked_fill(~torch.ones(3, 3).tril().bool(), -1e9)
+    assert torch.isfinite(
+        pl.cope_bias(torch.ones(1, 1, 3, 4), logits, torch.ones(4, 4))
+    ).all()
+    torch.testing.assert_close(
+        pl.da_sigmoid(torch.tensor([float("inf")]), 0.0), torch.tensor([2.0])
+    )
+    bias = pl.linear_bias(
+        torch.tensor([1.0, 0.5])[:, None, None], torch.arange(3.0)[None]
+    )
+    assert bias.shape == (2, 1, 3)

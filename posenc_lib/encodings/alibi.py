@@ -27,7 +27,7 @@ import torch
 from ..base import PositionalEncoding
 from ..positions import relative_offsets
 from ..registry import register
-from ..utils import check_heads, check_positive_int
+from ..utils import check_finite, check_heads, check_positive_int
 
 __all__ = ["ALiBi", "alibi_slopes", "alibi_bias", "linear_bias"]
 
@@ -58,7 +58,29 @@ def alibi_slopes(n_heads: int, dtype: torch.dtype | None = None) -> torch.Tensor
 def linear_bias(
     slope: torch.Tensor, rel: torch.Tensor, symmetric: bool = False
 ) -> torch.Tensor:
-    """ALiBi's term from a slope and the offset ``rel = i - j`` (broadcasting)."""
+    """ALiBi's term from a slope and the offset ``rel = i - j`` (broadcasting):
+    ``-m (i - j)``, or ``-m |i - j|`` when ``symmetric``.
+
+    Errors: ``TypeError`` unless ``slope`` is a floating-point tensor and ``rel`` a
+    tensor; ``ValueError`` for a non-finite slope, or shapes that do not broadcast
+    (a slope per head ``(h,)`` against offsets ``(i, j)`` needs ``(h, 1, 1)``)."""
+    check_finite(slope, "slope")
+    if not isinstance(rel, torch.Tensor):
+        raise TypeError(f"rel must be a tensor of offsets, got {type(rel).__name__}")
+    try:
+        torch.broadcast_shapes(slope.shape, rel.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"slope {tuple(slope.shape)} and rel {tuple(rel.shape)} do not broadcast: "
+            "give a slope per head the offsets' dimensions, e.g. slope[:, None, None] "
+            "against rel (i, j)"
+        ) from None
+    return _linear_bias(slope, rel, symmetric)
+
+
+def _linear_bias(slope, rel, symmetric: bool) -> torch.Tensor:
+    """``linear_bias`` without its checks (inside a FlexAttention kernel, and for
+    slopes checked once)."""
     # -m (i - j), or -m |i - j|
     return -slope * (rel.abs() if symmetric else rel)
 
@@ -74,8 +96,14 @@ def alibi_bias(
 
     ``-m_h (i - j)``, or ``-m_h |i - j|`` when ``symmetric``; in the slopes' dtype.
     """
+    check_finite(slopes, "slopes")
     if slopes.dim() != 1:
         raise ValueError(f"slopes must be 1-D (h,), got shape {tuple(slopes.shape)}")
+    return _alibi_bias(slopes, q_pos, k_pos, symmetric)
+
+
+def _alibi_bias(slopes, q_pos, k_pos, symmetric: bool = False) -> torch.Tensor:
+    """``alibi_bias`` without the slopes' checks (ALiBi's own, checked when built)."""
     if q_pos.dim() != 2 or k_pos.dim() != 2 or 1 < q_pos.shape[0] != k_pos.shape[0] > 1:
         raise ValueError(
             f"q_pos and k_pos must be (b|1, i) and (b|1, j), got "
@@ -83,7 +111,7 @@ def alibi_bias(
         )
     # i - j for every query/key pair
     rel = (q_pos[:, :, None] - k_pos[:, None, :]).to(slopes.dtype)  # (b, i, j)
-    return linear_bias(slopes[None, :, None, None], rel[:, None], symmetric)
+    return _linear_bias(slopes[None, :, None, None], rel[:, None], symmetric)
 
 
 class ALiBi(PositionalEncoding):
@@ -115,7 +143,7 @@ class ALiBi(PositionalEncoding):
         self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
     ) -> torch.Tensor:
         check_heads(q, self, self.n_heads)
-        return alibi_bias(
+        return _alibi_bias(
             self.slopes.to(q.dtype), q_pos, k_pos, self.symmetric
         )  # (b, h, i, j)
 
@@ -126,7 +154,7 @@ class ALiBi(PositionalEncoding):
 
         def mod(score, b, h, q_idx, kv_idx):
             rel = -off(b, q_idx, kv_idx)  # i - j
-            return score + linear_bias(slopes[h], rel.to(slopes.dtype), symmetric)
+            return score + _linear_bias(slopes[h], rel.to(slopes.dtype), symmetric)
 
         return mod
 

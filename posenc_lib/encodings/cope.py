@@ -40,7 +40,7 @@ from torch import nn
 
 from ..base import Context, PositionalEncoding
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_finite, check_positive_int
 
 __all__ = ["CoPE", "cope_positions", "cope_bias"]
 
@@ -120,7 +120,15 @@ def cope_bias(
             f"logits must have shape ({', '.join(map(str, q.shape[:3]))}, j) to "
             f"match q {tuple(q.shape)}, got {tuple(getattr(logits, 'shape', ()))}"
         )
-    pos = cope_positions(logits, n_positions)  # (b, h, i, j), real in [0, P-1]
+    check_finite(q, "q")
+    check_finite(pos_emb, "pos_emb")
+    return _cope_bias(q, logits, pos_emb)
+
+
+def _cope_bias(q, logits, pos_emb) -> torch.Tensor:
+    """``cope_bias`` after its checks (CoPE's own call: q checked finite with k and v
+    at the attention's boundary, the table its own parameter)."""
+    pos = cope_positions(logits, pos_emb.shape[0])  # (b, h, i, j), in [0, P-1]
     # z_i[k] = q_i . e[k] for every integer position k
     z = torch.einsum("bhid,kd->bhik", q, pos_emb)  # (b, h, i, P)
     # no gradient through floor and ceil; it flows through the weight w = p - floor p
@@ -197,7 +205,7 @@ class CoPE(PositionalEncoding):
         rank = order.argsort(-1)  # (b|1, j): rank of each token
         b, h, i, j = logits.shape
         by_pos = logits.gather(-1, order[:, None, None, :].expand(b, h, i, j))
-        bias = cope_bias(q, by_pos, self.pos_emb)  # (b, h, i, j), keys by position
+        bias = _cope_bias(q, by_pos, self.pos_emb)  # (b, h, i, j), keys by position
         return scores + bias.gather(-1, rank[:, None, None, :].expand(b, h, i, j))
 
     def extra_repr(self) -> str:

@@ -23,7 +23,7 @@ from torch import nn
 from ..base import PositionalEncoding
 from ..positions import relative_offsets
 from ..registry import register
-from ..utils import check_heads, check_positive_int
+from ..utils import check_heads, check_positive_int, compiling
 
 __all__ = ["DATransformer", "da_sigmoid"]
 
@@ -32,8 +32,22 @@ def da_sigmoid(x: torch.Tensor, v: torch.Tensor | float) -> torch.Tensor:
     """The learnable sigmoid ``f(x; v) = (1 + e^v) / (1 + e^(v - x))``, computed stably.
 
     Written as ``(1 + e^v) * sigmoid(x - v)``, which is the same function
-    without overflow.
+    without overflow. ``x`` and ``v`` must be real and free of NaN (``ValueError``;
+    ``x`` may be +-inf: f tends to 1 + e^v and to 0).
     """
+    for name, t in (("x", x), ("v", v)):
+        t = torch.as_tensor(t)
+        if t.is_complex() or t.dtype == torch.bool:
+            raise TypeError(f"{name} must be real numbers, got {t.dtype}")
+        if t.is_floating_point() and not compiling() and bool(torch.isnan(t).any()):
+            raise ValueError(f"{name} holds NaN")
+    if not compiling() and bool(torch.isinf(torch.as_tensor(v)).any()):
+        raise ValueError("v must be finite (e^v is the function's height)")
+    return _da_sigmoid(x, v)
+
+
+def _da_sigmoid(x, v) -> torch.Tensor:
+    """``da_sigmoid`` without its checks (the layer's own parameters, every call)."""
     x = torch.as_tensor(x)
     v = torch.as_tensor(
         v,
@@ -76,7 +90,7 @@ class DATransformer(PositionalEncoding):
         x = self.w[None, :, None, None] * dist[:, None].to(
             self.w.dtype
         )  # (b|1, h, i, j): w_h R
-        return da_sigmoid(x, self.v[None, :, None, None])
+        return _da_sigmoid(x, self.v[None, :, None, None])
 
     def transform_scores(
         self, scores: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor

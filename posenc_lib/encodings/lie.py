@@ -37,7 +37,7 @@ from torch import nn
 
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_positive_int
+from ..utils import check_finite, check_positive_int
 from .vit import check_coords, example_grid
 
 __all__ = [
@@ -64,7 +64,20 @@ def skew_symmetric(params: torch.Tensor) -> torch.Tensor:
 
 
 def commutator(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``[A, B] = A B - B A`` for ``(..., d, d)`` matrices."""
+    """``[A, B] = A B - B A`` for ``(..., d, d)`` matrices (batch dimensions
+    broadcast). Errors: ``TypeError`` for non-floating tensors, ``ValueError`` for
+    matrices that are not square and of one size, or that hold NaN or infinity."""
+    for name, t in (("a", a), ("b", b)):
+        check_finite(t, name, "tensor of (..., d, d) matrices")
+        if t.dim() < 2 or t.shape[-1] != t.shape[-2]:
+            raise ValueError(
+                f"{name} must hold square matrices (..., d, d), got {tuple(t.shape)}"
+            )
+    if a.shape[-1] != b.shape[-1]:
+        raise ValueError(
+            f"a and b must be matrices of one size, got {tuple(a.shape)} and "
+            f"{tuple(b.shape)}"
+        )
     return a @ b - b @ a
 
 
