@@ -392,7 +392,8 @@ def render() -> dict[str, str]:
         label = f"api-{module.removeprefix('posenc_lib.')}"
         short = module.removeprefix("posenc_lib.").removeprefix("encodings.")
         titles[key].append(_ref(short, label))
-        lines = [f"({label})=", f"## `{module}`", ""]
+        # the page's title names the package: short headings fit the side bar
+        lines = [f"({label})=", f"## `{module.removeprefix('posenc_lib.')}`", ""]
         body = [summary(sys.modules[module].__doc__), ""]
         if cited := papers(sys.modules[module]):
             body += [f"Papers cited in this module: {'; '.join(cited)}.", ""]
