@@ -178,7 +178,7 @@ def test_the_built_reference_has_an_entry_for_every_name(open_page):
     page = open_page("book/part3/rope.html")
     link = page.locator("a.api-link[href*='posenc_lib.apply_rope']").first
     link.click()
-    page.wait_for_url(re.compile(r"api_library\.html#posenc_lib\.apply_rope$"))
+    page.wait_for_url(re.compile(r"api_encodings\.html#posenc_lib\.apply_rope$"))
     assert page.locator('[id="posenc_lib.apply_rope"]').is_visible()
     # the start page's table: every column inside the page at desktop width
     page = open_page("book/appendix/api.html", width=1280)
