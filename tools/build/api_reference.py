@@ -48,16 +48,17 @@ APPENDIX = ROOT / "book" / "appendix"
 # the pages after the start page (api.md): {file name: (title, what it documents)}
 PAGES = {
     "api_library": (
-        "The library: `posenc_lib`",
-        "the attention, the interface every encoding implements, positions, the "
-        "model and its training",
+        "The library",
+        "the modules of `posenc_lib` itself (the attention, the interface every "
+        "encoding implements, positions, the model and its training)",
     ),
     "api_encodings": (
-        "The encodings: `posenc_lib.encodings`",
-        "every encoding class and its functions, in the order the course teaches them",
+        "The encodings",
+        "every encoding class of `posenc_lib.encodings` and its functions, in the "
+        "order the course teaches them",
     ),
     "api_course": (
-        "The course's namespaces: `pl.<name>`",
+        "The course namespaces",
         "what the chapters use beside the library (`pl.book`, `pl.exercises`, "
         "`pl.lab`, ...)",
     ),
