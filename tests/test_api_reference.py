@@ -1,6 +1,8 @@
-"""The API reference (book/appendix/api.md) names every public name, public submodule
-and registered encoding, with the hooks each encoding overrides and the chapter that
-teaches it; the built page has an entry for each, and chapters link to them."""
+"""The API reference (book/appendix/api.md and its pages) names every public name,
+public submodule and registered encoding, with the hooks each encoding overrides and
+the chapter that teaches it; the built pages have an entry for each, and chapters link
+to them. That every page fits a laptop and a phone is checked with every other page
+of the book (tests/test_site.py)."""
 
 from __future__ import annotations
 
@@ -18,24 +20,48 @@ from tools import toc
 from tools.build import api_reference
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PAGE = (ROOT / "book" / "appendix" / "api.md").read_text()
-ROW = re.compile(r"^\| `(?P<name>[^`]+)` \| (?P<cls>[^|]+) \| (?P<hooks>[^|]+) \| "
+APPENDIX = ROOT / "book" / "appendix"
+DOCS = ["api", *api_reference.PAGES]  # the start page first
+PAGES = {key: (APPENDIX / f"{key}.md").read_text() for key in DOCS}
+PAGE = "".join(PAGES.values())
+ROW = re.compile(r"^\| `(?P<name>[^`]+)` \((?P<cls>[^|]+)\) \| (?P<hooks>[^|]+) \| "
                  r"(?P<chapter>[^|]+) \| (?P<paper>[^|]+) \|$", re.M)  # fmt: skip
-ROWS = {m["name"]: m for m in ROW.finditer(PAGE)}
+ROWS = {m["name"]: m for m in ROW.finditer(PAGES["api"])}
 
 
 def documented() -> set[str]:
-    """The objects the committed page hands to autodoc."""
+    """The objects the committed pages hand to autodoc."""
     return set(re.findall(r"^\.\. auto(?:class|function|data):: (\S+)$", PAGE, re.M))
 
 
-def test_the_committed_page_is_what_the_tool_generates():
+def test_the_committed_pages_are_what_the_tool_generates():
     """Stale when a public name, a submodule, an encoding, its hooks or its chapter
     changed (``--check`` does the same from the command line)."""
-    current = api_reference.render() == PAGE  # (no 900-line diff on failure)
-    assert current, (
-        "book/appendix/api.md is out of date: run python -m tools.build.api_reference"
+    stale = [
+        key for key, text in api_reference.render().items() if PAGES.get(key) != text
+    ]  # (no 900-line diff on failure)
+    assert not stale, (
+        f"book/appendix/{stale[0]}.md is out of date: "
+        "run python -m tools.build.api_reference"
     )
+
+
+def test_every_page_of_the_reference_is_in_the_table_of_contents():
+    entries = toc.entries()
+    assert [f"book/appendix/{key}" for key in DOCS] == [
+        e for e in entries if e.startswith("book/appendix/api")
+    ]
+    assert sorted(p.stem for p in APPENDIX.glob("api*.md")) == sorted(DOCS)
+
+
+def test_the_start_page_links_every_module_section():
+    """The start page is the reference's table of contents: a link to each module's
+    section, and each page after it lists its modules at its top."""
+    labels = set(re.findall(r"^\((api-[\w.]+)\)=$", PAGE, re.M))
+    linked = set(re.findall(r"\{ref\}`[^`<]+<(api-[\w.]+)>`", PAGES["api"]))
+    assert labels and labels == linked, labels ^ linked
+    for key in api_reference.PAGES:
+        assert "```{contents}" in PAGES[key], f"{key}.md has no list of its modules"
 
 
 def test_every_public_name_is_in_the_reference():
@@ -133,36 +159,30 @@ def test_the_built_reference_has_an_entry_for_every_name(open_page):
     row, and a chapter's first mention of ``apply_rope`` leads to its entry."""
     from tests.browser import HTML
 
-    api = HTML / "book" / "appendix" / "api.html"
-    if not api.exists():
-        pytest.fail(
-            "the site has no book/appendix/api.html: add `- file: book/appendix/api`"
-            " to _toc.yml's Appendix and rebuild"
-        )
-    html = api.read_text()
-    ids = set(re.findall(r'id="([^"]+)"', html))
+    html = {}
+    for key in DOCS:
+        built = HTML / "book" / "appendix" / f"{key}.html"
+        if not built.exists():
+            pytest.fail(
+                f"the site has no book/appendix/{key}.html: _toc.yml's Appendix "
+                "lists book/appendix/api and its sections; rebuild"
+            )
+        html[key] = built.read_text()
+    ids = set(re.findall(r'id="([^"]+)"', "".join(html.values())))
     missing = sorted(name for name in documented() if name not in ids)
     assert not missing, f"no entry in the built reference for {missing}"
-    cells = set(re.findall(r'<td><p><code[^>]*><span class="pre">(\w+)</span>', html))
+    cells = set(
+        re.findall(r'<td><p><code[^>]*><span class="pre">(\w+)</span>', html["api"])
+    )
     assert set(pl.REGISTRY) <= cells, sorted(set(pl.REGISTRY) - cells)
     page = open_page("book/part3/rope.html")
     link = page.locator("a.api-link[href*='posenc_lib.apply_rope']").first
     link.click()
-    page.wait_for_url(re.compile(r"api\.html#posenc_lib\.apply_rope$"))
+    page.wait_for_url(re.compile(r"api_encodings\.html#posenc_lib\.apply_rope$"))
     assert page.locator('[id="posenc_lib.apply_rope"]').is_visible()
-
-
-@pytest.mark.browser
-@pytest.mark.parametrize("width", [1280, 390])
-def test_the_reference_fits_a_laptop_and_a_phone(open_page, width):
-    """Long signatures wrap (_static/api.css) instead of widening the page."""
-    from tests.browser import HTML
-    from tests.test_site import CLIPPED_JS
-
-    if not (HTML / "book" / "appendix" / "api.html").exists():
-        pytest.fail("the site has no book/appendix/api.html (see the test above)")
-    page = open_page("book/appendix/api.html", width=width)
-    clipped = page.evaluate(CLIPPED_JS, width < 720)
-    assert not clipped, f"book/appendix/api.html at {width}px:\n" + "\n".join(
-        clipped[:15]
+    # the start page's table: every column inside the page at desktop width
+    page = open_page("book/appendix/api.html", width=1280)
+    table = page.locator("article table").first
+    assert table.evaluate("t => t.scrollWidth <= t.clientWidth + 1"), (
+        "the table of encodings scrolls sideways at 1280 px"
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import re
 import sys
 import types
 
@@ -219,6 +220,51 @@ def test_non_finite_values_are_gaps_and_heatmaps_share_a_colour_scale():
 def test_every_figure_is_small(nb, k):
     html = mimebundle(cell_figure(nb, k), colab=False)["text/html"]
     assert len(html) < 300_000, f"{nb}: {len(html)} characters"
+
+
+# A symbol spelled in ASCII, as in code comments ("theta_i", "lambda", "m_h"), where
+# the static figures of the same chapters write it as maths (θᵢ, λ, mₕ): plotly draws
+# any unicode, so an interactive figure writes the symbol as the reader sees it.
+ASCII_SYMBOL = re.compile(
+    r"\b(?:alpha|beta|gamma|delta|epsilon|theta|lambda|mu|sigma|tau|phi|psi|omega)"
+    r"(?:_\w+)?\b|\b[A-Za-z]_[A-Za-z0-9]\b",
+    re.I,
+)
+
+
+def figure_texts(fig: go.Figure) -> list[str]:
+    """Every text a reader sees drawn: titles (figure, axes, colour bars), the
+    control's label and its positions, the legend's names, annotations."""
+    layout = fig.to_dict()["layout"]
+    texts = [str(layout.get("title", {}).get("text", ""))]
+    for key, axis in layout.items():
+        if key.startswith(("xaxis", "yaxis")) and isinstance(axis, dict):
+            texts.append(str(axis.get("title", {}).get("text", "")))
+    texts += [str(a.get("text", "")) for a in layout.get("annotations", ())]
+    for control in [*layout.get("sliders", ()), *layout.get("updatemenus", ())]:
+        texts.append(str(control.get("currentvalue", {}).get("prefix", "")))
+        texts += [str(s.get("label", "")) for s in control.get("steps", ())]
+        texts += [str(b.get("label", "")) for b in control.get("buttons", ())]
+    for trace in fig.to_dict()["data"]:
+        texts.append(str(trace.get("name", "")))
+        texts.append(str(trace.get("colorbar", {}).get("title", {}).get("text", "")))
+    return [t for t in texts if t]
+
+
+@pytest.mark.parametrize(("nb", "k"), sorted(set(CELLS) - NEEDS_CHAPTER))
+def test_every_figure_writes_its_symbols_as_the_static_figures_do(nb, k):
+    texts = figure_texts(cell_figure(nb, k))
+    spelled = [t for t in texts if ASCII_SYMBOL.search(t)]
+    assert not spelled, f"{nb}: symbols spelled in ASCII: {spelled}"
+
+
+def test_the_symbol_check_catches_an_ascii_axis_title():
+    fig = slider_figure(
+        [1, 2], lambda v: [{"y": [v]}], label="v", layout={"yaxis_title": "theta_i"}
+    )
+    assert any(ASCII_SYMBOL.search(t) for t in figure_texts(fig))
+    fig.update_layout(yaxis_title="θᵢ (radians per token)")
+    assert not any(ASCII_SYMBOL.search(t) for t in figure_texts(fig))
 
 
 BAD = [

@@ -115,17 +115,19 @@ def check_the_chapter_renders_for_a_reader(page, entry, blocked):
     )
 
 
-# What is cut off at the right edge: code cells whose lines do not fit their box,
-# printed outputs wider than their box on a laptop (on a phone they scroll), display
-# maths and tables wider than their box (allowed on a phone only where the box
-# scrolls, see _static/fit.css), and any horizontal overflow of the page itself.
+# What is cut off at the right edge, or scrolls sideways at desktop width: code (cells,
+# docstring examples, code blocks) whose lines do not fit their box, printed outputs
+# wider than their box on a laptop (on a phone they scroll), display maths and tables
+# wider than their box (allowed on a phone only where the box scrolls, see
+# _static/fit.css), and any horizontal overflow of the page itself.
 CLIPPED_JS = """(phone) => {
   const wide = (e) => e.scrollWidth > e.clientWidth + 1;
   const scrolls = (e) => ['auto', 'scroll'].includes(getComputedStyle(e).overflowX);
   const out = [];
   const page = document.documentElement.scrollWidth - window.innerWidth;
   if (page > 1) out.push(`the page is ${page}px wider than the window`);
-  for (const e of document.querySelectorAll('div.cell_input pre')) {
+  for (const e of document.querySelectorAll('article pre')) {
+    if (e.closest('div.cell_output')) continue;
     if (wide(e)) out.push('code: ' + e.innerText.split('\\n')[0].slice(0, 60));
   }
   for (const e of document.querySelectorAll('div.cell_output pre')) {
@@ -134,15 +136,14 @@ CLIPPED_JS = """(phone) => {
       out.push(`output ${e.scrollWidth}px in ${e.clientWidth}px: ` + line.slice(0, 60));
     }
   }
-  // a wide formula scrolls on a phone; a wide table scrolls at any width (its words
-  // are never split, see BROKEN_WORDS_JS)
+  // a wide formula or table scrolls on a phone (a table's words are never split, see
+  // BROKEN_WORDS_JS); at desktop width nothing scrolls sideways
   const boxes = 'mjx-container[display="true"], article table';
   for (const e of document.querySelectorAll(boxes)) {
-    const table = e.tagName === 'TABLE';
-    if (wide(e) && !((phone || table) && scrolls(e))) {
+    if (wide(e) && !(phone && scrolls(e))) {
       const what = e.tagName === 'TABLE' ? 'table' : 'formula';
       out.push(`${what} ${e.scrollWidth}px in ${e.clientWidth}px: `
-               + e.textContent.slice(0, 50));
+               + e.textContent.replace(/\\s+/g, ' ').trim().slice(0, 50));
     }
   }
   return out;
@@ -193,7 +194,9 @@ CONSTANT_COLUMNS_JS = """() => {
   return out;
 }"""
 
-TABLE_PAGES = NOTEBOOK_PAGES + ["book/teaching/chapters", "book/appendix/errata"]
+# every page of the book: the chapters, the appendix (the API reference's pages
+# included) and the teaching guide
+TABLE_PAGES = TOC
 
 
 # A page loaded at desktop width and then narrowed to a phone's lays out exactly as one
@@ -212,18 +215,17 @@ NEXT_FRAME_JS = (
 def test_the_page_reads_at_desktop_and_phone_width(open_page, entry):
     """One load per page, then every check at each width: at desktop width a chapter
     renders for a reader (maths, figures, exercises, references, the Colab link);
-    nothing is clipped at the right edge; no table splits a word or holds a column
-    with one value."""
+    nothing is clipped at the right edge, and at desktop width no block scrolls
+    sideways; no table splits a word or holds a column with one value."""
     page = open_page(f"{entry}.html", width=WIDTHS[0])
     for width in WIDTHS:
         if width != WIDTHS[0]:
             page.set_viewport_size({"width": width, "height": 900})
             page.evaluate(NEXT_FRAME_JS)
-        if entry in NOTEBOOK_PAGES:
-            if width == WIDTHS[0]:
-                check_the_chapter_renders_for_a_reader(page, entry, open_page.blocked)
-            clipped = page.evaluate(CLIPPED_JS, width < 720)
-            assert not clipped, f"{entry} at {width}px:\n" + "\n".join(clipped[:15])
+        if entry in NOTEBOOK_PAGES and width == WIDTHS[0]:
+            check_the_chapter_renders_for_a_reader(page, entry, open_page.blocked)
+        clipped = page.evaluate(CLIPPED_JS, width < 720)
+        assert not clipped, f"{entry} at {width}px:\n" + "\n".join(clipped[:15])
         broken = page.evaluate(BROKEN_WORDS_JS)
         assert not broken, (
             f"{entry} at {width}px, words split: {sorted(set(broken))[:15]}"
