@@ -14,7 +14,7 @@ exercises, objectives or errata, run this and commit what it wrote.
 | ``course_index`` | ``book/teaching/chapters.md`` |
 | ``exercise_numbers`` | ``posenc_lib/data/exercise_numbers.json`` |
 | ``slides --guide`` | the generated lines of ``book/teaching/guide.md`` |
-| ``api_reference`` | ``book/appendix/api.md`` |
+| ``api_reference`` | ``book/appendix/api*.md`` |
 
 ``tools/build/site.py`` runs the same list before every build (a test checks that
 the two agree).
