@@ -23,6 +23,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from ..base import Context, PositionalEncoding, overrides
 from ..positions import Positions
@@ -123,38 +124,56 @@ def key_bias_blocks(q, k, v, w, scale) -> torch.Tensor:
     if q.device.type == "cpu" and hasattr(torch.ops.aten, _CPU_FLASH):
         if not compiling():  # torch.compile traces the plain blocks below
             return _KeyBiasFlash.apply(q, k, v, w, scale)
+    # elsewhere each block is recomputed in the backward pass (what it builds is
+    # not kept: memory O(n) plus one block, as on the CPU)
+    keep_nothing = torch.is_grad_enabled() and not compiling()
     out = []
-    for block in _key_bias_blocks(q, k, v, w, scale):
-        q1, k1, v1, offset = block
-        sees = token_order_mask(q1, k1, offset)
-        out.append(
-            F.scaled_dot_product_attention(q1, k1, v1, attn_mask=sees, scale=scale)
-        )
-    return torch.cat(out, dim=2)[..., : v.shape[-1]]  # (b, h, i, e)
+    for start in range(0, i, KEY_BIAS_BLOCK):
+        stop = min(start + KEY_BIAS_BLOCK, i)
+        args = (q, k, v, w, start, stop, scale)
+        if keep_nothing:
+            out.append(checkpoint(_attend_block, *args, use_reentrant=False))
+        else:
+            out.append(_attend_block(*args))
+    return torch.cat(out, dim=2)  # (b, h, i, e)
 
 
 _CPU_FLASH = "_scaled_dot_product_flash_attention_for_cpu"
 
 
-def _key_bias_blocks(q, k, v, w, scale):
-    """Per block of queries: ``(q1, k1, v1, offset)``, q and k with the key-bias
-    dimension, v padded to their width (the CPU's flash kernel wants it), query t of
-    the block seeing keys ``0 .. t + offset``."""
+def _attend_block(q, k, v, w, start: int, stop: int, scale) -> torch.Tensor:
+    """Queries ``start .. stop - 1`` through ``scaled_dot_product_attention``:
+    ``(b, h, stop - start, e)``."""
+    q1, k1, v1, offset = _key_bias_block(q, k, v, w, start, stop, scale, pad=False)
+    sees = token_order_mask(q1, k1, offset)
+    return F.scaled_dot_product_attention(q1, k1, v1, attn_mask=sees, scale=scale)
+
+
+def _key_bias_block(q, k, v, w, start: int, stop: int, scale, pad: bool = True):
+    """Queries ``start .. stop - 1``: ``(q1, k1, v1, offset)``, q and k with the
+    key-bias dimension, v (``pad``) zero-padded to their width (the CPU's flash
+    kernel wants it), query t of the block seeing keys ``0 .. t + offset``."""
     b, h, i, d = q.shape
     j, e, dtype = k.shape[2], v.shape[-1], q.dtype
-    one = torch.full((b, h, i, 1), 1.0 / scale, dtype=dtype, device=q.device)
-    q1 = torch.cat([q, one], dim=-1)  # (b, h, i, d + 1)
-    pad = d + 1 - e
-    v1 = torch.cat([v, v.new_zeros(b, h, j, pad)], -1) if pad > 0 else v
+    seen = stop + j - i  # the block's last query sees keys 0 .. seen - 1
+    middle = (start + stop) // 2 + j - i  # the key at the block's middle query
+    # w_j - w_middle: exact where it matters, near the block's own keys
+    column = (w[..., :seen] - w[..., middle : middle + 1]).to(dtype)  # (b, h, seen)
+    k1 = torch.cat([k[:, :, :seen], column[..., None]], dim=-1)  # (b, h, seen, d+1)
+    rows = q[:, :, start:stop]
+    one = torch.full((*rows.shape[:3], 1), 1.0 / scale, dtype=dtype, device=q.device)
+    q1 = torch.cat([rows, one], dim=-1)  # (b, h, stop - start, d + 1)
+    v1 = v[:, :, :seen]
+    if pad and d + 1 > e:
+        v1 = torch.cat([v1, v1.new_zeros(b, h, seen, d + 1 - e)], dim=-1)
+    return q1, k1, v1.contiguous(), start + j - i
+
+
+def _key_bias_blocks(q, k, v, w, scale):
+    """``_key_bias_block`` for every block of ``KEY_BIAS_BLOCK`` queries."""
+    i = q.shape[2]
     for start in range(0, i, KEY_BIAS_BLOCK):
-        stop = min(start + KEY_BIAS_BLOCK, i)
-        seen = stop + j - i  # the block's last query sees keys 0 .. seen - 1
-        middle = (start + stop) // 2 + j - i  # the key at the block's middle query
-        # w_j - w_middle: exact where it matters, near the block's own keys
-        column = (w[..., :seen] - w[..., middle : middle + 1]).to(dtype)  # (b, h, seen)
-        k1 = torch.cat([k[:, :, :seen], column[..., None]], dim=-1)  # (b, h, seen, d+1)
-        q_block = q1[:, :, start:stop].contiguous()
-        yield q_block, k1, v1[:, :, :seen].contiguous(), start + j - i
+        yield _key_bias_block(q, k, v, w, start, min(start + KEY_BIAS_BLOCK, i), scale)
 
 
 class _KeyBiasFlash(torch.autograd.Function):
