@@ -144,15 +144,15 @@ _CPU_FLASH = "_scaled_dot_product_flash_attention_for_cpu"
 def _attend_block(q, k, v, w, start: int, stop: int, scale) -> torch.Tensor:
     """Queries ``start .. stop - 1`` through ``scaled_dot_product_attention``:
     ``(b, h, stop - start, e)``."""
-    q1, k1, v1, offset = _key_bias_block(q, k, v, w, start, stop, scale, pad=False)
+    q1, k1, v1, offset = _key_bias_block(q, k, v, w, start, stop, scale)
     sees = token_order_mask(q1, k1, offset)
     return F.scaled_dot_product_attention(q1, k1, v1, attn_mask=sees, scale=scale)
 
 
-def _key_bias_block(q, k, v, w, start: int, stop: int, scale, pad: bool = True):
+def _key_bias_block(q, k, v, w, start: int, stop: int, scale):
     """Queries ``start .. stop - 1``: ``(q1, k1, v1, offset)``, q and k with the
-    key-bias dimension, v (``pad``) zero-padded to their width (the CPU's flash
-    kernel wants it), query t of the block seeing keys ``0 .. t + offset``."""
+    key-bias dimension, v the block's keys' values, query t of the block seeing keys
+    ``0 .. t + offset``."""
     b, h, i, d = q.shape
     j, e, dtype = k.shape[2], v.shape[-1], q.dtype
     seen = stop + j - i  # the block's last query sees keys 0 .. seen - 1
@@ -163,17 +163,7 @@ def _key_bias_block(q, k, v, w, start: int, stop: int, scale, pad: bool = True):
     rows = q[:, :, start:stop]
     one = torch.full((*rows.shape[:3], 1), 1.0 / scale, dtype=dtype, device=q.device)
     q1 = torch.cat([rows, one], dim=-1)  # (b, h, stop - start, d + 1)
-    v1 = v[:, :, :seen]
-    if pad and d + 1 > e:
-        v1 = torch.cat([v1, v1.new_zeros(b, h, seen, d + 1 - e)], dim=-1)
-    return q1, k1, v1.contiguous(), start + j - i
-
-
-def _key_bias_blocks(q, k, v, w, scale):
-    """``_key_bias_block`` for every block of ``KEY_BIAS_BLOCK`` queries."""
-    i = q.shape[2]
-    for start in range(0, i, KEY_BIAS_BLOCK):
-        yield _key_bias_block(q, k, v, w, start, min(start + KEY_BIAS_BLOCK, i), scale)
+    return q1, k1, v[:, :, :seen], start + j - i
 
 
 class _KeyBiasFlash(torch.autograd.Function):
@@ -182,21 +172,21 @@ class _KeyBiasFlash(torch.autograd.Function):
     ``torch.set_flush_denormal(True)`` (the caller's setting restored): a decaying
     bias puts some weights of every row between 1e-45 and 1e-38, where x86
     arithmetic is about a hundred times slower (FoX's fwd + bwd: 2 to 3 times in all);
-    flushing changes a weight by less than 1e-38 of the row's largest. The blocks'
-    padded copies and masks are built again for the backward pass, not kept, so
-    memory stays O(n) plus one block."""
+    flushing changes a weight by less than 1e-38 of the row's largest. The keys get
+    their extra dimension in one buffer, whose last column each block rewrites, and
+    every block's mask is a view of one band: nothing is copied per block, and the
+    backward pass keeps only q, k, v, w and the log-sum-exps (memory O(n))."""
 
     @staticmethod
     def forward(ctx, q, k, v, w, scale):
         kernel = getattr(torch.ops.aten, _CPU_FLASH)
         outs, lses = [], []
         with _flushed():
-            for q1, k1, v1, offset in _key_bias_blocks(q, k, v, w, scale):
-                mask = token_order_mask(q1, k1, offset, q.dtype)
+            for q1, k1, v1, mask in _flash_blocks(q, k, v, w, scale):
                 out, lse = kernel(q1, k1, v1, 0.0, False, attn_mask=mask, scale=scale)
                 outs.append(out)
                 lses.append(lse)
-        out = torch.cat(outs, dim=2)  # (b, h, i, d + 1)
+        out = torch.cat(outs, dim=2)  # (b, h, i, d + 1 or e)
         ctx.save_for_backward(q, k, v, w, out, *lses)
         ctx.scale = scale
         return out[..., : v.shape[-1]]
@@ -205,33 +195,65 @@ class _KeyBiasFlash(torch.autograd.Function):
     def backward(ctx, grad):
         q, k, v, w, out, *lses = ctx.saved_tensors
         kernel = getattr(torch.ops.aten, _CPU_FLASH + "_backward")
-        leaves = [t.detach().requires_grad_() for t in (q, k, v, w)]
-        e = v.shape[-1]
+        b, h, i, d = q.shape
+        j, e = k.shape[2], v.shape[-1]
         grad1 = torch.cat(
             [grad, grad.new_zeros(*grad.shape[:3], out.shape[-1] - e)], -1
         )
-        total = [torch.zeros_like(t) for t in leaves]
-        start = 0
-        with torch.enable_grad():  # one block at a time: its cats, as a graph
-            for (q1, k1, v1, offset), lse in zip(
-                _key_bias_blocks(*leaves, ctx.scale), lses
-            ):
-                stop = start + q1.shape[2]
-                mask = token_order_mask(q1, k1, offset, q.dtype)
-                with _flushed():
-                    grads = kernel(
-                        grad1[:, :, start:stop].contiguous(), q1.detach(),
-                        k1.detach(), v1.detach(), out[:, :, start:stop].contiguous(),
-                        lse, 0.0, False, attn_mask=mask, scale=ctx.scale,
-                    )  # fmt: skip
-                parts = torch.autograd.grad(
-                    (q1, k1, v1), leaves, grads, allow_unused=True
-                )
-                for acc, part in zip(total, parts):
-                    if part is not None:
-                        acc += part
-                start = stop
-        return (*total, None)
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        dw = torch.zeros(w.shape, dtype=w.dtype, device=w.device)
+        blocks = _flash_blocks(q, k, v, w, ctx.scale)
+        for start, lse, (q1, k1, v1, mask) in zip(
+            range(0, i, KEY_BIAS_BLOCK), lses, blocks
+        ):
+            stop = start + q1.shape[2]
+            seen, middle = k1.shape[2], (start + stop) // 2 + j - i
+            with _flushed():
+                dq1, dk1, dv1 = kernel(
+                    grad1[:, :, start:stop].contiguous(), q1, k1, v1,
+                    out[:, :, start:stop].contiguous(), lse, 0.0, False,
+                    attn_mask=mask, scale=ctx.scale,
+                )  # fmt: skip
+            # back through q1 = [q, 1/scale] and k1 = [k, w - w_middle]
+            dq[:, :, start:stop] += dq1[..., :d]
+            dk[:, :, :seen] += dk1[..., :d]
+            dv[:, :, :seen] += dv1[..., :e]
+            column = dk1[..., d].to(dw.dtype)  # d/d(w_j - w_middle), (b, h, seen)
+            dw[..., :seen] += column
+            dw[..., middle] -= column.sum(-1)
+        return dq, dk, dv, dw, None
+
+
+def _flash_blocks(q, k, v, w, scale):
+    """For the CPU kernel, per block of queries: ``(q1, k1, v1, mask)``. k1 and v1 are
+    views of one buffer each (the block's keys), k1's last column ``w - w_middle``
+    written for the block (so a block's views are valid until the next one is
+    made); mask a view of one band, 0 where query t sees key s (s <= t + offset)."""
+    b, h, i, d = q.shape
+    j, e, dtype = k.shape[2], v.shape[-1], q.dtype
+    keys = torch.cat([k, k.new_zeros(b, h, j, 1)], dim=-1)  # (b, h, j, d + 1)
+    values = v
+    if d + 1 > e:  # the kernel wants v as wide as q and k
+        values = torch.cat([v, v.new_zeros(b, h, j, d + 1 - e)], dim=-1)
+    rows = min(KEY_BIAS_BLOCK, i)
+    # band[r, c] = 0 where c <= r + j, else -inf: the block at offset o reads columns
+    # j - o ..., so that key s of query r is allowed where s <= r + o
+    r = torch.arange(rows, device=q.device)[:, None]
+    c = torch.arange(j + rows, device=q.device)[None, :]
+    band = torch.zeros((), dtype=dtype, device=q.device).masked_fill(
+        c > r + j, float("-inf")
+    )  # (rows, j + rows)
+    one = torch.full((b, h, rows, 1), 1.0 / scale, dtype=dtype, device=q.device)
+    for start in range(0, i, KEY_BIAS_BLOCK):
+        stop = min(start + KEY_BIAS_BLOCK, i)
+        n_rows, offset = stop - start, start + j - i
+        seen = stop + j - i  # the block's last query sees keys 0 .. seen - 1
+        middle = (start + stop) // 2 + j - i  # the key at the block's middle query
+        # w_j - w_middle: exact where it matters, near the block's own keys
+        keys[..., :seen, d] = w[..., :seen] - w[..., middle : middle + 1]
+        q1 = torch.cat([q[:, :, start:stop], one[:, :, :n_rows]], dim=-1)
+        mask = band[:n_rows, j - offset : j - offset + seen]  # (n_rows, seen)
+        yield q1, keys[:, :, :seen], values[:, :, :seen], mask
 
 
 class _flushed:
