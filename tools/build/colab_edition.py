@@ -561,11 +561,9 @@ def instructor_zip(out_dir: pathlib.Path, entries: list[str]) -> pathlib.Path:
     return path
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--out", default=str(OUT), help="output folder")
+def add_value_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--executed`` and ``--allow-missing``: where the glued values come from (this
+    edition's and the student edition's command lines)."""
     parser.add_argument(
         "--executed",
         help="folder of executed notebooks (a build's _build/jupyter_execute); "
@@ -576,6 +574,14 @@ def main() -> int:
         action="store_true",
         help=f'write "{MISSING}" where no executed value exists',
     )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", default=str(OUT), help="output folder")
+    add_value_arguments(parser)
     parser.add_argument("notebooks", nargs="*", help="only these (default: _toc.yml)")
     args = parser.parse_args()
     executed = pathlib.Path(args.executed).resolve() if args.executed else EXECUTED

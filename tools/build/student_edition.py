@@ -288,16 +288,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("out", nargs="?", default=str(ROOT / "_build" / "student"))
-    parser.add_argument(
-        "--executed",
-        help="folder of executed notebooks (a build's _build/jupyter_execute); "
-        "default: _build/jupyter_execute, then the execution cache",
-    )
-    parser.add_argument(
-        "--allow-missing",
-        action="store_true",
-        help=f'write "{colab_edition.MISSING}" where no executed value exists',
-    )
+    colab_edition.add_value_arguments(parser)
     args = parser.parse_args()
     executed = (
         pathlib.Path(args.executed).resolve()
