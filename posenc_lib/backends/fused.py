@@ -144,17 +144,17 @@ _CPU_FLASH = "_scaled_dot_product_flash_attention_for_cpu"
 def _attend_block(q, k, v, w, start: int, stop: int, scale) -> torch.Tensor:
     """Queries ``start .. stop - 1`` through ``scaled_dot_product_attention``:
     ``(b, h, stop - start, e)``."""
-    q1, k1, v1, offset = _key_bias_block(q, k, v, w, start, stop, scale)
-    sees = token_order_mask(q1, k1, offset)
+    q1, k1, v1 = _key_bias_block(q, k, v, w, start, stop, scale)
+    # the block's queries are the last of the keys it sees: token order
+    sees = triangle(q1, k1)
     return F.scaled_dot_product_attention(q1, k1, v1, attn_mask=sees, scale=scale)
 
 
 def _key_bias_block(q, k, v, w, start: int, stop: int, scale):
-    """Queries ``start .. stop - 1``: ``(q1, k1, v1, offset)``, q and k with the
-    key-bias dimension, v the block's keys' values, query t of the block seeing keys
-    ``0 .. t + offset``."""
-    b, h, i, d = q.shape
-    j, e, dtype = k.shape[2], v.shape[-1], q.dtype
+    """Queries ``start .. stop - 1``: ``(q1, k1, v1)``, q and k with the key-bias
+    dimension, v the values of the keys the block sees (its queries are the last of
+    them)."""
+    i, j, dtype = q.shape[2], k.shape[2], q.dtype
     seen = stop + j - i  # the block's last query sees keys 0 .. seen - 1
     middle = (start + stop) // 2 + j - i  # the key at the block's middle query
     # w_j - w_middle: exact where it matters, near the block's own keys
@@ -163,7 +163,7 @@ def _key_bias_block(q, k, v, w, start: int, stop: int, scale):
     rows = q[:, :, start:stop]
     one = torch.full((*rows.shape[:3], 1), 1.0 / scale, dtype=dtype, device=q.device)
     q1 = torch.cat([rows, one], dim=-1)  # (b, h, stop - start, d + 1)
-    return q1, k1, v[:, :, :seen], start + j - i
+    return q1, k1, v[:, :, :seen]
 
 
 class _KeyBiasFlash(torch.autograd.Function):
@@ -266,20 +266,6 @@ class _flushed:
 
     def __exit__(self, *exc):
         torch.set_flush_denormal(self.was)
-
-
-def token_order_mask(q, k, offset: int, dtype=torch.bool) -> torch.Tensor:
-    """``(i, j)``: query t sees keys ``0 .. t + offset`` (bool, or 0 / -inf)."""
-    sees = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device)
-    sees = sees.tril(offset)
-    if dtype == torch.bool:
-        return sees
-    return (
-        torch.zeros((), dtype=dtype, device=q.device)
-        .masked_fill(~sees, float("-inf"))
-        .expand(sees.shape)
-        .contiguous()
-    )
 
 
 def _flushing(half: float = 0.5) -> bool:
