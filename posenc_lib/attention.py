@@ -123,7 +123,7 @@ def _attend(q, k, v, pe, pos: Positions, x, path: str, return_weights: bool):
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     if path == "auto":
-        path = "slow" if pe.needs_score_path or return_weights else "fast"
+        path = "fast" if pe.runs_fused(pos) and not return_weights else "slow"
     ctx = Context(
         x=x, q=q, k=k, v=v, causal=pos.causal, inputs=pos.inputs, positions=pos
     )
@@ -131,7 +131,7 @@ def _attend(q, k, v, pe, pos: Positions, x, path: str, return_weights: bool):
         out, weights = reference_attention(q, k, v, pe, pos, ctx)
         return (out, weights) if return_weights else out
     backend = BACKENDS[path]
-    why = backend.refuses(pe, return_weights)
+    why = backend.refuses(pe, return_weights, pos)
     if why is not None:
         raise ValueError(why)
     q, k = pe.call_hook("transform_qk", q, k, pos.q, pos.k, ctx=ctx)

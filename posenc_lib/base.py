@@ -68,8 +68,12 @@ _INPUT_HOOKS = frozenset({"encode_input", "transform_qk", "score_bias"})
 
 # Optional second forms of hooks, for the fast backends (the registry contract holds
 # each equal to the hooks it restates): FlexAttention's score_mod; a score_bias that
-# is a term of the key alone (FoX); the extra softmax logits of attention sinks.
-FAST_FORMS: tuple[str, ...] = ("score_mod", "key_bias", "sink_logits")
+# is a term of the key alone (FoX), or of the distance alone and constant beyond a
+# band (T5); the extra softmax logits of attention sinks; and an encoding's own
+# algorithm for a causal call in token order (stick-breaking's, CoPE's).
+FAST_FORMS: tuple[str, ...] = (
+    "score_mod", "key_bias", "band_bias", "sink_logits", "causal_attention",
+)  # fmt: skip
 
 # The hooks, in the order the attention calls them.
 HOOKS: tuple[str, ...] = (
@@ -276,6 +280,38 @@ class PositionalEncoding(nn.Module):
         every other call."""
         return None
 
+    def band_bias(
+        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+    ) -> torch.Tensor | None:
+        """``None``, or ``score_bias`` restated as a function of the distance alone,
+        constant beyond a band, for the fused backend: ``c`` ``(h|1, W + 1)`` such
+        that, on every key j that query i sees under a causal mask in token order
+        over a run of positions, ``score_bias_ij = u_i + c[:, i - j]`` for
+        ``i - j < W`` and ``u_i + c[:, W]`` for ``i - j >= W`` (T5: its last bucket
+        holds every distance from W on). The softmax of a row ignores a constant, so
+        the kernel sees ``c[:, r] - c[:, W]``: 0 beyond the band, and the bias's
+        gradient is summed over the ``W`` diagonals near the queries only. Used only
+        for causal calls in token order over a run, with no other mask, and float32
+        or float64 q, k, v; ``score_bias`` serves every other call."""
+        return None
+
+    def causal_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        scale: float,
+        ctx: Context | None = None,
+    ) -> torch.Tensor | None:
+        """``None``, or the whole attention ``(b, h, i, e)`` of a causal call in token
+        order (query t sees keys ``0 .. t + j - i``, positions a run, no other mask),
+        computed by an algorithm of the encoding's own (stick-breaking's and CoPE's:
+        blocks of queries, each recomputed in the backward pass, memory
+        ``O(n * block)``). q and k come after ``transform_qk``; ``scale`` is the
+        call's. It must equal the hooks it restates, outputs and gradients (the
+        registry contract checks it); every other call runs the hooks."""
+        return None
+
     def sink_logits(self) -> torch.Tensor | None:
         """``None``, or ``(h,)`` logits that ``attention_weights`` joins to every row's
         softmax as keys of value 0 (gpt-oss's attention sinks; ``sink_softmax``): the
@@ -288,11 +324,22 @@ class PositionalEncoding(nn.Module):
     def needs_score_path(self) -> bool:
         """True when a hook after ``score_bias`` is overridden, so the fused kernel
         cannot be used (an ``attention_weights`` that ``sink_logits`` restates is
-        run by the kernel, with one more key)."""
+        run by the kernel, with one more key). An encoding with a
+        ``causal_attention`` still runs that on the fused path for the calls it
+        serves (``runs_fused``)."""
         late = [hook for hook in HOOKS[3:] if overrides(self, hook)]
         if late == ["attention_weights"] and overrides(self, "sink_logits"):
             return False
         return bool(late)
+
+    def runs_fused(self, pos) -> bool:
+        """Whether the fused backend runs this call (``pos``: its ``Positions``): no
+        hook past ``score_bias``, or a ``causal_attention`` and a causal call in token
+        order over a run with no other mask."""
+        if not self.needs_score_path:
+            return True
+        own = overrides(self, "causal_attention")
+        return own and pos.ordered and pos.user_mask is None
 
     def example_positions(
         self, b: int, n: int, generator: torch.Generator | None = None

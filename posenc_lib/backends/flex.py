@@ -18,8 +18,8 @@ from ..base import Context, PositionalEncoding, overrides
 from ..positions import Positions
 
 
-def refuses(pe: PositionalEncoding, return_weights: bool) -> str | None:
-    """Why this backend cannot run ``pe``, or None."""
+def refuses(pe: PositionalEncoding, return_weights: bool, pos=None) -> str | None:
+    """Why this backend cannot run ``pe`` (on the call of ``pos``), or None."""
     name = type(pe).__name__
     if return_weights:
         return "path='flex' cannot be used with return_weights"

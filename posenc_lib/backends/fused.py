@@ -35,14 +35,21 @@ KEY_BIAS_BLOCK = 128  # queries per call with a key_bias: the term is recentred 
 # 256 for FoX's gates at initialisation, n = 1024)
 
 
-def refuses(pe: PositionalEncoding, return_weights: bool) -> str | None:
-    """Why this backend cannot run ``pe``, or None."""
+def refuses(pe: PositionalEncoding, return_weights: bool, pos=None) -> str | None:
+    """Why this backend cannot run ``pe`` (on the call of ``pos``), or None."""
     if return_weights:
         return "path='fast' cannot be used with return_weights"
-    if pe.needs_score_path:
+    if pe.needs_score_path and (pos is None or not pe.runs_fused(pos)):
+        own = overrides(pe, "causal_attention")
         return (
             f"path='fast' cannot be used with {type(pe).__name__}, which overrides a "
             "hook past score_bias"
+            + (
+                " (its causal_attention serves causal calls in token order over a "
+                "run of positions, with no other mask)"
+                if own
+                else ""
+            )
         )
     return None
 
@@ -50,10 +57,15 @@ def refuses(pe: PositionalEncoding, return_weights: bool) -> str | None:
 def attend(q, k, v, pe: PositionalEncoding, pos: Positions, ctx: Context, scale):
     """q ``(b, h, i, d)``, k ``(b, h, j, d)``, v ``(b, h, j, e)`` -> ``(b, h, i, e)``"""
     keep = None if pos.ordered and pos.user_mask is None else pos.mask
+    if pe.needs_score_path:  # refuses() let it through: the encoding's own algorithm
+        return pe.call_hook("causal_attention", q, k, v, scale, ctx=ctx)
     if keep is None and pos.ordered and q.dtype in (torch.float32, torch.float64):
         w = pe.call_hook("key_bias", q, k, pos.q, pos.k, ctx=ctx)
         if w is not None:
             return key_bias_blocks(q, k, v, w, scale)
+        c = pe.call_hook("band_bias", q, k, pos.q, pos.k, ctx=ctx)
+        if c is not None:
+            return band_bias_blocks(q, k, v, c, scale)  # noqa: F821 (next commit)
 
     def float_mask():  # bias with -inf where no attention: (b|1, h|1, i, j)
         bias = pe.call_hook("score_bias", q, k, pos.q, pos.k, ctx=ctx)
