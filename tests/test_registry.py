@@ -13,7 +13,8 @@ from posenc_lib.base import overrides
 
 D_MODEL, N_HEADS, MAX_LEN = 32, 4, 64
 NAMES = sorted(pl.REGISTRY)
-FUSED_FORMS = ("key_bias", "sink_logits")  # second forms the fused backend runs
+# second forms the fused backend runs
+FUSED_FORMS = ("key_bias", "band_bias", "sink_logits", "causal_attention")
 
 
 def build(name):
@@ -58,7 +59,8 @@ def test_hook_shapes_and_dtype(name):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("name", NAMES)
 def test_fast_path_equals_slow_path(name, causal):
-    """Where both paths exist they agree; ``needs_score_path`` says exactly when not."""
+    """Where both paths exist they agree; ``needs_score_path`` says exactly when not
+    (apart from the calls an encoding's ``causal_attention`` serves)."""
     pe = build(name).double()
     if pe.causal_only and not causal:
         pytest.skip(f"{name} is defined causally only (refusal tested below)")
@@ -67,7 +69,8 @@ def test_fast_path_equals_slow_path(name, causal):
     pos, inputs = example(pe, 2, 12, shift=3)
     slow = mha(x, pos, causal=causal, path="slow", inputs=inputs)
     assert torch.isfinite(slow).all()
-    if pe.needs_score_path:
+    own = overrides(pe, "causal_attention") and causal and pe.coord_axes is None
+    if pe.needs_score_path and not own:
         with pytest.raises(ValueError, match="overrides a hook past score_bias"):
             mha(x, pos, causal=causal, path="fast", inputs=inputs)
         return
@@ -192,13 +195,17 @@ def test_needs_score_path_follows_the_overridden_hooks(name):
     "name", [n for n in NAMES if any(overrides(build(n), f) for f in FUSED_FORMS)]
 )
 def test_fused_forms_equal_the_hooks_forward_and_backward(name, dtype, monkeypatch):
-    """``key_bias`` and ``sink_logits``, as the fused backend runs them (in blocks of
-    4 queries here, so that a call spans several), equal the reference: outputs and
-    the gradients of the input and of every parameter, causal in token order (where
-    ``key_bias`` is used), then with gaps and a caller's mask (where it is not)."""
+    """``key_bias``, ``band_bias``, ``sink_logits`` and ``causal_attention``, as the
+    fused backend runs them (in blocks of 4 queries here, so that a call spans
+    several), equal the reference: outputs and the gradients of the input and of
+    every parameter, causal in token order (where the forms are used), then with gaps
+    and a caller's mask (where they are not, or the call is refused)."""
     from posenc_lib.backends import fused
 
     monkeypatch.setattr(fused, "KEY_BIAS_BLOCK", 4)
+    monkeypatch.setattr(fused, "BAND_BLOCK", 4)
+    monkeypatch.setattr(pl.encodings.stick_breaking, "BLOCK", 4, raising=False)
+    monkeypatch.setattr(pl.encodings.cope, "BLOCK", 4, raising=False)
     torch.manual_seed(0)
     pe = build(name).to(dtype)
     with torch.no_grad():  # parameters away from their initial values
@@ -211,8 +218,12 @@ def test_fused_forms_equal_the_hooks_forward_and_backward(name, dtype, monkeypat
     calls = [dict(), dict(pos=torch.arange(11) * 2)]
     if not pe.causal_only:
         calls.append(dict(mask=torch.rand(2, 1, 11, 11) > 0.3))
-    for kw in calls:
+    for number, kw in enumerate(calls):
         results = []
+        if pe.needs_score_path and number > 0:  # not its calls: refused by name
+            with pytest.raises(ValueError, match="causal_attention serves"):
+                mha(x, causal=True, path="fast", **kw)
+            continue
         for path in ("slow", "fast"):
             x.grad = None
             mha.zero_grad()
