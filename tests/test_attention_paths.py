@@ -408,6 +408,33 @@ def test_fox_trains_without_an_n_by_n_tensor():
     assert_close(fast, slow, atol=1e-6, rtol=1e-4)
 
 
+def test_t5_trains_without_an_n_by_n_tensor_on_the_cpu():
+    """T5's bucket bias goes to the CPU kernel as a mask of one band (``band_bias``),
+    and its gradient is summed over the band's diagonals only: forward and backward
+    of a layer at n = 1024, the table's gradient included, hold less than one ``(b,
+    h, n, n)`` float32 tensor, and agree with the reference."""
+    torch.manual_seed(0)
+    b, n, D, h = 1, 1024, 64, 4
+    mha = pl.MultiHeadAttention(D, h, "t5")
+    with torch.no_grad():
+        mha.pe.bias.normal_()  # a table away from its small initial values
+    x = torch.randn(b, n, D, requires_grad=True)
+
+    def step(path):
+        x.grad = None
+        mha.zero_grad()
+        mha(x, causal=True, path=path).square().mean().backward()
+        return x.grad.clone(), mha.pe.bias.grad.clone()
+
+    fast, fast_peak = pl.tensor_memory(lambda: step("fast"))
+    slow, slow_peak = pl.tensor_memory(lambda: step("slow"))
+    one_score_tensor = b * h * n * n * 4
+    assert fast_peak < one_score_tensor, (fast_peak, one_score_tensor)
+    assert slow_peak > 2 * one_score_tensor  # the reference: scores, bias, weights
+    for got, want in zip(fast, slow):
+        assert_close(got, want, atol=1e-6, rtol=1e-4)
+
+
 @pytest.mark.parametrize("flushing", [False, True])
 def test_the_cpu_kernel_leaves_the_callers_subnormal_setting(flushing):
     """The key_bias blocks run the CPU kernel with subnormals flushed (they are where

@@ -217,7 +217,8 @@ def test_fused_forms_equal_the_hooks_forward_and_backward(name, dtype, monkeypat
     tol = {} if dtype == torch.float64 else dict(atol=2e-5, rtol=1e-4)
     calls = [dict(), dict(pos=torch.arange(11) * 2)]
     if not pe.causal_only:
-        calls.append(dict(mask=torch.rand(2, 1, 11, 11) > 0.3))
+        # every query keeps its own key, so that no row is left empty
+        calls.append(dict(mask=(torch.rand(2, 1, 11, 11) > 0.3) | torch.eye(11).bool()))
     for number, kw in enumerate(calls):
         results = []
         if pe.needs_score_path and number > 0:  # not its calls: refused by name
@@ -253,6 +254,35 @@ def test_key_bias_is_the_score_bias_up_to_a_term_of_the_query(name):
     seen = torch.ones(9, 9, dtype=torch.bool).tril()
     u = rest.diagonal(dim1=-2, dim2=-1)[..., None]  # (b, h, i, 1)
     assert_close(rest.masked_fill(~seen, 0), u.expand_as(rest).masked_fill(~seen, 0))
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if overrides(build(n), "band_bias")])
+def test_band_bias_is_the_score_bias_up_to_a_term_of_the_query(name):
+    """On every key a query sees (causal, token order, a run of positions), the
+    ``score_bias`` is ``u_i + c[:, i - j]`` within the band and ``u_i + c[:, W]``
+    beyond it, over a sequence long enough to reach beyond the band."""
+    pe = build(name).double()
+    q, k = (
+        torch.randn(1, N_HEADS, 2, D_MODEL // N_HEADS, dtype=torch.float64)
+        for _ in range(2)
+    )
+    c = pe.call_hook("band_bias", q, k, None, None)  # (h|1, W + 1)
+    n = c.shape[-1] + 20
+    pos = torch.arange(n)[None] + 7
+    q, k = (
+        torch.randn(1, N_HEADS, n, D_MODEL // N_HEADS, dtype=torch.float64)
+        for _ in range(2)
+    )
+    ctx = pl.Context(q=q, k=k, causal=True)
+    bias = pe.call_hook("score_bias", q, k, pos, pos, ctx=ctx)[0]  # (h, i, j)
+    distance = (torch.arange(n)[:, None] - torch.arange(n)[None, :]).clamp(
+        max=c.shape[-1] - 1
+    )
+    expected = c[:, distance.clamp(min=0)]  # (h, i, j)
+    seen = torch.ones(n, n, dtype=torch.bool).tril()
+    rest = (bias - expected).masked_fill(~seen, 0)
+    u = rest.diagonal(dim1=-2, dim2=-1)[..., None]  # (h, i, 1)
+    assert_close(rest, u.expand_as(rest).masked_fill(~seen, 0))
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if build(n).causal_only])

@@ -14,7 +14,12 @@ one float mask. It costs what the maths costs:
 * a bias that is a term of the key alone up to a term of the query (``key_bias``:
   FoX's ``c_i - c_j``) is one more dimension of q and k, so the kernel
   differentiates it and nothing ``n x n`` is built; attention sinks
-  (``sink_logits``) are one more key, of value 0, that every query sees.
+  (``sink_logits``) are one more key, of value 0, that every query sees;
+* a bias of the distance alone, constant beyond a band (``band_bias``: T5's
+  buckets) is 0 beyond the band once the constant is dropped: on a CPU the kernel
+  reads it as a mask, and its gradient is summed over the band's diagonals only;
+* an encoding's own algorithm (``causal_attention``: stick-breaking, CoPE) runs the
+  causal calls in token order that it serves.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from ..positions import Positions
 from ..utils import compiling
 
 BLOCK = 256  # queries per kernel call on the causal path with a bias (measured)
+BAND_BLOCK = 128  # queries per kernel call with a band_bias (measured: 256 is slower)
 KEY_BIAS_BLOCK = 128  # queries per call with a key_bias: the term is recentred per
 # block, so its rounding grows with the block's span (float32: 5e-6 at 128, 1e-5 at
 # 256 for FoX's gates at initialisation, n = 1024)
@@ -63,9 +69,10 @@ def attend(q, k, v, pe: PositionalEncoding, pos: Positions, ctx: Context, scale)
         w = pe.call_hook("key_bias", q, k, pos.q, pos.k, ctx=ctx)
         if w is not None:
             return key_bias_blocks(q, k, v, w, scale)
-        c = pe.call_hook("band_bias", q, k, pos.q, pos.k, ctx=ctx)
-        if c is not None:
-            return band_bias_blocks(q, k, v, c, scale)  # noqa: F821 (next commit)
+        if band_bias_runs(pe, q):
+            c = pe.call_hook("band_bias", q, k, pos.q, pos.k, ctx=ctx)
+            if c is not None:
+                return band_bias_blocks(q, k, v, c, scale)
 
     def float_mask():  # bias with -inf where no attention: (b|1, h|1, i, j)
         bias = pe.call_hook("score_bias", q, k, pos.q, pos.k, ctx=ctx)
@@ -116,6 +123,164 @@ def with_sinks(q, k, v, attn_mask, sinks, scale, ordered: bool) -> torch.Tensor:
         attn_mask = torch.cat([first.expand(*attn_mask.shape[:-1], 1), attn_mask], -1)
     out = run(q1, k1, v1, attn_mask, scale, ordered)  # ordered: i queries, 1 + j keys
     return out[..., : v.shape[-1]]  # (b, h, i, e)
+
+
+def band_bias_blocks(q, k, v, c, scale) -> torch.Tensor:
+    """Causal attention in token order over a run of positions, with a bias of the
+    distance alone that is constant beyond a band (``band_bias``: ``c`` ``(h|1,
+    W + 1)``, ``c[:, r]`` for distance ``r < W`` and ``c[:, W]`` beyond).
+
+    The softmax of a row ignores a constant, so the bias is ``c[:, r] - c[:, W]``: 0
+    from distance W on. On a CPU, one autograd step (``_BandBiasFlash``) runs the
+    queries in blocks through the flash kernel with that bias as a mask (each block's
+    a view of one band), and sums the bias's gradient over the W diagonals nearest
+    the queries only, recomputing there the weights from the kernel's log-sum-exps:
+    nothing ``n x n`` is built or kept. Elsewhere (no CPU flash kernel) the bias goes
+    to ``score_bias``'s float mask, as before. ``(b, h, i, e)``."""
+    i, j = q.shape[2], k.shape[2]
+    # c[:, r] - c[:, W] for the distances this call holds (at most j - 1)
+    near = (c[:, :-1] - c[:, -1:])[:, :j].to(q.dtype)  # (h|1, W)
+    return _BandBiasFlash.apply(q, k, v, near, scale)
+
+
+def band_bias_runs(pe: PositionalEncoding, q: torch.Tensor) -> bool:
+    """Whether ``band_bias_blocks`` runs a call with these queries: a ``band_bias``
+    and the CPU's flash kernel, outside ``torch.compile``."""
+    return (
+        overrides(pe, "band_bias")
+        and q.device.type == "cpu"
+        and hasattr(torch.ops.aten, _CPU_FLASH)
+        and not compiling()
+    )
+
+
+class _BandBiasFlash(torch.autograd.Function):
+    """``band_bias_blocks`` on a CPU: q ``(b, h, i, d)``, k ``(b, h, j, d)``, v
+    ``(b, h, j, e)``, ``near`` ``(h|1, W)``, the bias at distances ``0 .. W - 1``
+    (0 beyond) -> ``(b, h, i, e)``.
+
+    Forward: blocks of ``BAND_BLOCK`` queries through the CPU flash kernel, the mask
+    a view of one band (``_distance_band``). Backward: the kernel's own backward
+    gives dq, dk, dv; the bias's gradient ``sum over r = t - s of dS_ts`` needs dS
+    only on the W diagonals nearest the queries: there the weights are recomputed
+    from the saved log-sum-exps, ``P = exp(S - L)``, ``dS = P (dO v^T - rowsum(dO
+    o))``, and the diagonals summed through a strided view."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, near, scale):
+        kernel = getattr(torch.ops.aten, _CPU_FLASH)
+        i, j, e = q.shape[2], k.shape[2], v.shape[-1]
+        values = _as_wide_as(v, q.shape[-1])
+        # (1, h|1, rows, j + rows): rows for the kernel's blocks and the gradient's
+        band = _distance_band(near, max(min(BAND_BLOCK, i), BAND_ROWS), j)
+        outs, lses = [], []
+        with _flushed():
+            for start in range(0, i, BAND_BLOCK):
+                stop = min(start + BAND_BLOCK, i)
+                seen, offset = stop + j - i, start + j - i
+                mask = band[..., : stop - start, j - offset : j - offset + seen]
+                out, lse = kernel(
+                    q[:, :, start:stop], k[:, :, :seen], values[:, :, :seen], 0.0,
+                    False, attn_mask=mask, scale=scale,
+                )  # fmt: skip
+                outs.append(out)
+                lses.append(lse)
+        out = torch.cat(outs, dim=2)  # (b, h, i, max(d, e))
+        ctx.save_for_backward(q, k, v, out, torch.cat(lses, dim=2), band)
+        ctx.scale, ctx.width = scale, near.shape[-1]
+        return out[..., :e]
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, out, lse, band = ctx.saved_tensors
+        kernel = getattr(torch.ops.aten, _CPU_FLASH + "_backward")
+        i, d, j, e = q.shape[2], q.shape[3], k.shape[2], v.shape[-1]
+        values = _as_wide_as(v, d)
+        grad1 = _as_wide_as(grad, out.shape[-1]).contiguous()
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        for start in range(0, i, BAND_BLOCK):
+            stop = min(start + BAND_BLOCK, i)
+            seen, offset = stop + j - i, start + j - i
+            mask = band[..., : stop - start, j - offset : j - offset + seen]
+            with _flushed():
+                dq1, dk1, dv1 = kernel(
+                    grad1[:, :, start:stop], q[:, :, start:stop], k[:, :, :seen],
+                    values[:, :, :seen], out[:, :, start:stop], lse[:, :, start:stop],
+                    0.0, False, attn_mask=mask, scale=ctx.scale,
+                )  # fmt: skip
+            dq[:, :, start:stop] = dq1[..., :d]
+            dk[:, :, :seen] += dk1[..., :d]
+            dv[:, :, :seen] += dv1[..., :e]
+        d_near = None
+        if ctx.needs_input_grad[3]:
+            d_near = _band_gradient(q, k, v, grad, out[..., :e], lse, band, ctx)
+        return dq, dk, dv, d_near, None
+
+
+BAND_ROWS = 32  # queries per row of the band gradient's batch (measured)
+
+
+def _band_gradient(q, k, v, grad, out, lse, band, ctx) -> torch.Tensor:
+    """The gradient of ``near`` ``(h|1, W)``: ``sum over t - s = r of dS_ts`` for
+    the distances ``r < W``, with ``dS = P (dO v^T - rowsum(dO o))`` and ``P =
+    exp(S + bias - L)`` recomputed on those diagonals only. All queries at once, in
+    rows of ``BAND_ROWS``: row m's queries ``mC .. mC + C - 1`` against the
+    ``C + W - 1`` keys within distance W of one of them (windows of the keys)."""
+    b, h, i, d = q.shape
+    j, e, width, rows = k.shape[2], v.shape[-1], ctx.width, BAND_ROWS
+    n_rows = -(-i // rows) * rows  # queries padded to whole rows of the batch
+    m, n_cols, extra = n_rows // rows, rows + width - 1, n_rows - i
+
+    # key windows: row m reads keys mC + j - i - W + 1 ... (zeros outside 0 .. j - 1)
+    def windows(t):  # (b, h, j, x) -> (b, h, m, x, C + W - 1)
+        t = F.pad(t, (0, 0, width - 1, extra))[:, :, j - i :]
+        return t.unfold(2, n_cols, rows)
+
+    def by_rows(t, fill=0.0):  # (b, h, i, x) -> (b, h, m, C, x)
+        return F.pad(t, (0, 0, 0, extra), value=fill).view(b, h, m, rows, -1)
+
+    real = F.pad(k.new_ones(j), (width - 1, extra))[j - i :].unfold(0, n_cols, rows)
+    # bias[t, u]: key u of a row's window for its query t, distance t + W - 1 - u
+    bias = band[0, :, :rows, j - width + 1 : j + rows]  # (h|1, C, C + W - 1)
+    bias = bias[:, None] + real[:, None, :].log()  # -inf for keys outside the call
+    # P_tu = exp(q_t . k_u * scale + bias_tu - L_t); padded queries: L = +inf, P = 0
+    p = torch.einsum("bhmtd,bhmdu->bhmtu", by_rows(q * ctx.scale), windows(k))
+    p = p.add_(bias).sub_(by_rows(lse[..., None], float("inf"))).exp_()
+    # dS_tu = P_tu (dO_t . v_u - dO_t . o_t)
+    d_out = by_rows(grad)  # (b, h, m, C, e)
+    row = (d_out * by_rows(out)).sum(-1, keepdim=True)  # (b, h, m, C, 1)
+    ds = torch.einsum("bhmte,bhmeu->bhmtu", d_out, windows(v)).sub_(row).mul_(p)
+    # diagonal x of a row (u = t + x) is distance W - 1 - x
+    diag = ds.as_strided(
+        (b, h, m, rows, width), (*ds.stride()[:3], n_cols + 1, 1)
+    )  # diag[..., t, x] = ds[..., t, t + x]
+    d_near = diag.sum((0, 2, 3)).flip(-1)  # (h, W)
+    return d_near if band.shape[1] != 1 else d_near.sum(0, keepdim=True)
+
+
+def _distance_band(near, rows: int, j: int) -> torch.Tensor:
+    """``(1, h|1, rows, j + rows)``: for a query ``r`` of a block and column ``c``
+    (key ``c - j + offset`` of a block at key offset ``offset``), the bias at
+    distance ``r + j - c``: ``near[:, r + j - c]`` within the band, 0 beyond it,
+    ``-inf`` for a later key. A Toeplitz matrix: windows of one line of values."""
+    hh, width = near.shape
+    # line[x] = the bias at distance j + rows - 1 - x, for x = 0 .. j + 2 rows - 2
+    far = near.new_zeros(hh, max(j + rows - width, 0))  # distances from W on: 0
+    future = near.new_full((hh, rows - 1), float("-inf"))  # distances -1 .. 1 - rows
+    line = torch.cat([far, near.flip(-1)[:, -(j + rows) :], future], dim=-1)
+    # band[r, c] = line[c - r + rows - 1]: window rows - 1 - r of the line
+    windows = line.unfold(1, j + rows, 1)  # windows[:, w, c] = line[:, w + c]
+    # the rows in reverse, copied row by row (flip would copy column by column)
+    reverse = torch.arange(rows - 1, -1, -1, device=near.device)
+    return windows.index_select(1, reverse)[None]  # (1, h|1, rows, j + rows)
+
+
+def _as_wide_as(t: torch.Tensor, width: int) -> torch.Tensor:
+    """``t`` padded with zeros on its last dimension to ``width`` (the CPU flash
+    kernel wants v as wide as q and k)."""
+    if t.shape[-1] >= width:
+        return t
+    return torch.cat([t, t.new_zeros(*t.shape[:-1], width - t.shape[-1])], dim=-1)
 
 
 def key_bias_blocks(q, k, v, w, scale) -> torch.Tensor:

@@ -209,6 +209,28 @@ class T5RelativeBias(PositionalEncoding):
         bias = per_offset.gather(1, flat).view(self.n_heads, rows, i, j)
         return bias.transpose(0, 1).to(q.dtype)  # (b|1, h, i, j)
 
+    @property
+    def band(self) -> int:
+        """W: the first distance ``i - j`` from which every larger one shares its
+        bucket (the last of the past's): beyond it the bias is one constant."""
+        config = (self.bidirectional, self.num_buckets, self.max_distance)
+        far = -torch.arange(self.max_distance + 1)  # offsets 0, -1, ..., -max_distance
+        buckets = t5_relative_bucket(far, *config)
+        return int((buckets != buckets[-1]).sum())  # buckets grow with the distance
+
+    def band_bias(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        q_pos: torch.Tensor,
+        k_pos: torch.Tensor,
+    ) -> torch.Tensor:
+        """``(h, W + 1)``: ``b_h[bucket(-r)]`` for the distances ``r = i - j = 0 ..
+        W`` (the last one stands for every distance from W on): the fused
+        backend's form for causal calls in token order."""
+        check_heads(q, self, self.n_heads)
+        return self.per_offset(-self.band, 0).flip(-1).to(q.dtype)  # (h, W + 1)
+
     def score_mod(self, q_pos: torch.Tensor, k_pos: torch.Tensor):
         """FlexAttention form: ``score + b_h[bucket(j - i)]``, read from a table over
         this call's offsets ``lo .. hi`` (a few KiB)."""
