@@ -147,6 +147,17 @@ class ALiBi(PositionalEncoding):
             self.slopes.to(q.dtype), q_pos, k_pos, self.symmetric
         )  # (b, h, i, j)
 
+    def key_bias(
+        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+    ) -> torch.Tensor:
+        """``(b|1, h, j)`` float64: ``m_h k_pos_j``. On the keys a causal query sees,
+        ``-m_h (i - j) = -m_h i + m_h j`` (and ``|i - j| = i - j``): a term of the
+        query, which the softmax drops, plus this term of the key. The fused backend
+        takes it as one more dimension of q and k: no ``(i, j)`` bias at all."""
+        check_heads(q, self, self.n_heads)
+        # m_h j, in float64: the backend recentres it per block before rounding
+        return self.slopes.double()[None, :, None] * k_pos.double()[:, None, :]
+
     def score_mod(self, q_pos: torch.Tensor, k_pos: torch.Tensor):
         """FlexAttention form: ``score - m_h (i - j)`` (or ``|i - j|``) per entry."""
         slopes, symmetric = self.slopes, self.symmetric
