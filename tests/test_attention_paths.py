@@ -40,8 +40,21 @@ def sdpa_calls(monkeypatch):
     return calls
 
 
-class CountingALiBi(pl.ALiBi):
-    """ALiBi that counts how often its bias is built."""
+class FloatMaskALiBi(pl.ALiBi):
+    """ALiBi without its key form (``key_bias``): the fused path takes its bias as a
+    float mask, as it takes any bias it has no other form of."""
+
+    key_bias = pl.PositionalEncoding.key_bias
+
+
+class FloatMaskT5(pl.T5RelativeBias):
+    """T5 without its band form (``band_bias``): a learned float mask."""
+
+    band_bias = pl.PositionalEncoding.band_bias
+
+
+class CountingALiBi(FloatMaskALiBi):
+    """ALiBi (as a float mask) that counts how often its bias is built."""
 
     def __init__(self, n_heads):
         super().__init__(n_heads)
@@ -99,7 +112,7 @@ def test_positions_with_gaps_get_a_mask_from_the_positions(sdpa_calls):
 
 
 def test_a_causal_bias_runs_in_blocks_that_skip_unseen_keys(sdpa_calls):
-    pe = pl.ALiBi(4).double()
+    pe = FloatMaskALiBi(4).double()
     q, k, v = qkv(b=1, i=600, j=600, d=4)
     out = pl.attention(q, k, v, pe, causal=True)
     keys = [c[1][2] for c in sdpa_calls]
@@ -112,7 +125,7 @@ def test_a_learned_causal_bias_trains_in_blocks_on_a_cpu(sdpa_calls, i):
     """A bias that needs a gradient: PyTorch's CPU kernels do not differentiate a
     mask, so the fused backend does the kernel's maths itself, in the same blocks;
     output and every gradient equal the reference's."""
-    pe = pl.T5RelativeBias(4).double()
+    pe = FloatMaskT5(4).double()
     q, k, v = qkv(b=2, i=i, j=600, d=4, grad=True)
     leaves = (q, k, v, pe.bias)
     w = torch.randn(2, 4, i, 4, dtype=torch.float64)
@@ -369,7 +382,7 @@ def test_a_bias_that_needs_a_gradient_runs_without_the_kernel_on_a_cpu(sdpa_call
     which PyTorch's CPU kernels do not compute (the kernel's math route would, over
     every (i, j)): the backend does that maths itself, in the blocks. Without a
     gradient (inference) the kernel runs the blocks."""
-    pe = pl.make_encoding("t5", d_model=16, n_heads=4, max_len=600).double()
+    pe = FloatMaskT5(4, init_std=16**-0.5).double()
     q, k, v = qkv(b=1, i=600, j=600, d=4)
     out = pl.attention(q, k, v, pe, causal=True)
     assert len(sdpa_calls) == 0

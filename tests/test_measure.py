@@ -26,17 +26,24 @@ def test_freed_tensors_are_subtracted_and_views_are_not_counted_twice():
 
 
 def test_quadratic_bias_shows_in_the_memory_and_the_fused_path_does_not():
-    """ALiBi's float bias is (h, n, n); NoPE's causal call builds nothing n x n."""
+    """ALiBi's float bias (with a caller's mask) is (h, n, n); NoPE's causal call,
+    and ALiBi's in its key form, build nothing n x n."""
     peaks = {}
-    for name in ("nope", "alibi"):
+    for name, masked in (("nope", False), ("alibi", False), ("alibi", True)):
         pe = pl.make_encoding(name, d_model=32, n_heads=4, max_len=512)
         mha = pl.MultiHeadAttention(32, 4, pe).eval()
         for n in (128, 256):
             x = torch.randn(1, n, 32)
+            mask = torch.ones(n, n, dtype=torch.bool) if masked else None
+
+            def call():
+                return mha(x, None, causal=True, mask=mask)
+
             with torch.no_grad():
-                _, peaks[name, n] = pl.tensor_memory(lambda: mha(x, None, causal=True))
-    assert peaks["nope", 256] / peaks["nope", 128] < 2.5  # linear in n
-    assert peaks["alibi", 256] / peaks["alibi", 128] > 3.0  # quadratic in n
+                _, peaks[name, masked, n] = pl.tensor_memory(call)
+    for name in ("nope", "alibi"):
+        assert peaks[name, False, 256] / peaks[name, False, 128] < 2.5  # linear
+    assert peaks["alibi", True, 256] / peaks["alibi", True, 128] > 3.0  # quadratic
 
 
 def test_best_time_is_positive_and_arguments_are_checked():

@@ -155,6 +155,7 @@ class T5RelativeBias(PositionalEncoding):
             max_distance,
             bidirectional,
         )
+        self.band = self._band(bidirectional, num_buckets, max_distance)  # W
         # Hugging Face initialises the table with N(0, d_model^-1/2); the factory
         # passes that std.
         self.bias = nn.Parameter(
@@ -209,15 +210,6 @@ class T5RelativeBias(PositionalEncoding):
         bias = per_offset.gather(1, flat).view(self.n_heads, rows, i, j)
         return bias.transpose(0, 1).to(q.dtype)  # (b|1, h, i, j)
 
-    @property
-    def band(self) -> int:
-        """W: the first distance ``i - j`` from which every larger one shares its
-        bucket (the last of the past's): beyond it the bias is one constant."""
-        config = (self.bidirectional, self.num_buckets, self.max_distance)
-        far = -torch.arange(self.max_distance + 1)  # offsets 0, -1, ..., -max_distance
-        buckets = t5_relative_bucket(far, *config)
-        return int((buckets != buckets[-1]).sum())  # buckets grow with the distance
-
     def band_bias(
         self,
         q: torch.Tensor,
@@ -230,6 +222,14 @@ class T5RelativeBias(PositionalEncoding):
         backend's form for causal calls in token order."""
         check_heads(q, self, self.n_heads)
         return self.per_offset(-self.band, 0).flip(-1).to(q.dtype)  # (h, W + 1)
+
+    @staticmethod
+    def _band(bidirectional: bool, num_buckets: int, max_distance: int) -> int:
+        """W: the first distance ``i - j`` from which every larger one shares its
+        bucket (the last of the past's): beyond it the bias is one constant."""
+        far = -torch.arange(max_distance + 1)  # offsets 0, -1, ..., -max_distance
+        buckets = t5_relative_bucket(far, bidirectional, num_buckets, max_distance)
+        return int((buckets != buckets[-1]).sum())  # buckets grow with the distance
 
     def score_mod(self, q_pos: torch.Tensor, k_pos: torch.Tensor):
         """FlexAttention form: ``score + b_h[bucket(j - i)]``, read from a table over
