@@ -141,21 +141,21 @@ def _cope_bias(q, logits, pos_emb) -> torch.Tensor:
     return torch.lerp(z.gather(-1, floor.long()), z.gather(-1, ceil), w)
 
 
-def _cope_block(q_blk, k_seen, table, scale, n_positions):
+def _cope_block(q_blk, k_seen, table, future, scale, n_positions):
     """One block of queries against the keys they see, CoPE's forward maths.
 
     ``q_blk`` ``(B, i, d)`` (B = b h, i the block's queries, the last of which sees
     every key), ``k_seen`` ``(B, j, d)``, ``table`` ``(n_positions, d)``, all in the
-    working dtype. Returns ``(omega, g, w, floor, z_step, rows)``: the scores with
-    CoPE's term ``(B, i, j)`` (-inf on the future), the gates ``(B, i, j)``, the
-    lerp weights ``w = p - floor p`` ``(B, i, j)``, ``floor p`` ``(B, i, j)`` int64,
-    ``z[floor + 1] - z[floor]`` where ``w > 0``, else 0 ``(B, i, j)``, and the
-    number of table rows read."""
+    working dtype; ``future`` ``(>= i, >= i)``: -inf above the diagonal, else 0.
+    Returns ``(omega, g, w, floor, z_step, rows)``: the scores with CoPE's term
+    ``(B, i, j)`` (-inf on the future), the gates ``(B, i, j)``, the lerp weights
+    ``w = p - floor p`` ``(B, i, j)``, ``floor p`` ``(B, i, j)`` int64, ``z[floor +
+    1] - z[floor]`` ``(B, i, j)`` (the reference's ``z[ceil] - z[floor]`` wherever
+    ``w > 0``), and the number of table rows read."""
     i, j = q_blk.shape[1], k_seen.shape[1]
-    # s = scale q k^T, -inf on the future (the last i keys: key i0 + t sees t)
+    # s = scale q k^T, -inf on the future (the last i keys: query t sees key t)
     s = torch.matmul(q_blk * scale, k_seen.transpose(1, 2))  # (B, i, j)
-    future = torch.ones(i, i, dtype=torch.bool, device=s.device).triu_(1)
-    s[:, :, j - i :].masked_fill_(future, float("-inf"))
+    s[:, :, j - i :] += future[:i, :i]
     # g_it = sigmoid(s_it): 0 on the future
     g = torch.sigmoid(s)  # (B, i, j)
     # p_ij = sum_{t >= j} g_it: the reference's order (cope_positions)
@@ -166,17 +166,25 @@ def _cope_block(q_blk, k_seen, table, scale, n_positions):
     # z_i[k] = q_i . e[k] for the rows the block can read
     z = torch.matmul(q_blk, table[:rows].T)  # (B, i, rows)
     # z[k + 1] - z[k] (0 past the last row, which only an integer p reads)
-    step = torch.diff(z, dim=-1, append=z.new_zeros(*z.shape[:2], 1))  # (B, i, rows)
-    floor = p.floor()
-    w = p.sub_(floor)  # (B, i, j), the weight of the ceiling
-    floor = floor.long()
-    z_floor = z.gather(-1, floor)  # (B, i, j)
-    # z[ceil p] - z[floor p]: 0 at an integer p (ceil = floor, as the reference's
-    # lerp has it; the clamp leaves an integer too, so its gradient is 0)
-    z_step = step.gather(-1, floor).masked_fill_(w == 0, 0)  # (B, i, j)
-    # q_i . e[p_ij] = z[floor] + w (z[ceil] - z[floor]);  omega = s + q_i . e[p_ij]
-    omega = s.add_(torch.addcmul(z_floor, w, z_step))  # (B, i, j)
+    step = torch.empty_like(z)  # (B, i, rows)
+    torch.sub(z[..., 1:], z[..., :-1], out=step[..., :-1])
+    step[..., -1] = 0
+    floor = p.long()  # p >= 0: truncation is the floor
+    w = p.frac_()  # (B, i, j), p - floor p, the weight of the ceiling
+    # q_i . e[p_ij] = z[floor] + w (z[floor + 1] - z[floor]) (the reference's lerp,
+    # which reads z[floor] alone at an integer p: w = 0)
+    z_step = step.gather(-1, floor)  # (B, i, j)
+    # omega = s + q_i . e[p_ij]
+    omega = s.add_(z.gather(-1, floor)).addcmul_(w, z_step)  # (B, i, j)
     return omega, g, w, floor, z_step, rows
+
+
+def _future(size: int, like: torch.Tensor) -> torch.Tensor:
+    """``(size, size)``: -inf above the diagonal, 0 on and below it."""
+    ones = torch.ones(size, size, dtype=torch.bool, device=like.device)
+    return torch.zeros(size, size, dtype=like.dtype, device=like.device).masked_fill(
+        ones.triu(1), float("-inf")
+    )
 
 
 class _CoPEBlocks(torch.autograd.Function):
@@ -199,15 +207,20 @@ class _CoPEBlocks(torch.autograd.Function):
         i, j = q.shape[1], k.shape[1]
         out = q.new_empty(*q.shape[:2], v.shape[-1])  # (B, i, e)
         lse = q.new_empty(q.shape[:2])  # (B, i)
+        future = _future(min(BLOCK, i), q)
         for start in range(0, i, BLOCK):
             stop = min(start + BLOCK, i)
             seen = stop + j - i  # the block's last query sees keys 0 .. seen - 1
             omega, *_ = _cope_block(
-                q[:, start:stop], k[:, :seen], table, scale, n_positions
+                q[:, start:stop], k[:, :seen], table, future, scale, n_positions
             )
-            # L_i = log sum_j exp(omega_ij);  A = exp(omega - L);  out = A v
-            lse[:, start:stop] = torch.logsumexp(omega, -1)
-            weights = omega.sub_(lse[:, start:stop, None]).exp_()  # (B, i, j)
+            # A = exp(omega - m) / sum_j exp(omega_ij - m), m = max_j omega_ij
+            top = omega.amax(-1, keepdim=True)  # (B, i, 1)
+            weights = omega.sub_(top).exp_()  # (B, i, j)
+            total = weights.sum(-1, keepdim=True)  # (B, i, 1)
+            weights.div_(total)
+            # L_i = log sum_j exp(omega_ij) = m + log sum_j exp(omega_ij - m)
+            lse[:, start:stop] = (top + total.log()).squeeze(-1)
             out[:, start:stop] = torch.bmm(weights, v[:, :seen])
         ctx.save_for_backward(q, k, v, table, out, lse)
         ctx.scale = scale
@@ -223,12 +236,13 @@ class _CoPEBlocks(torch.autograd.Function):
         dot = (d_out * out).sum(-1)  # (B, i)
         dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
         d_table = torch.zeros_like(table)
+        future = _future(min(BLOCK, i), q)
         for start in range(0, i, BLOCK):
             stop = min(start + BLOCK, i)
             seen = stop + j - i
             q_blk, d_blk = q[:, start:stop], d_out[:, start:stop]
             omega, g, w, floor, z_step, rows = _cope_block(
-                q_blk, k[:, :seen], table, scale, n_positions
+                q_blk, k[:, :seen], table, future, scale, n_positions
             )
             # A = exp(omega - L)
             weights = omega.sub_(lse[:, start:stop, None]).exp_()  # (B, i, j)
@@ -243,10 +257,13 @@ class _CoPEBlocks(torch.autograd.Function):
             d_ceil = torch.zeros_like(d_z).scatter_add_(-1, floor, d_w)
             d_z.sub_(d_ceil)
             d_z[..., 1:] += d_ceil[..., :-1]  # (B, i, rows)
-            # dp = domega (z[ceil] - z[floor]);  dg_it = sum_{j <= t} dp_ij
-            d_g = torch.mul(d_omega, z_step).cumsum_(-1)  # (B, i, j)
+            # dp = domega (z[ceil] - z[floor]): 0 at an integer p (w = 0), where
+            # the reference's lerp reads one row (the clamp leaves an integer)
+            d_p = torch.mul(d_omega, z_step).mul_(w.sign())  # (B, i, j)
+            # dg_it = sum_{j <= t} dp_ij
+            d_g = d_p.cumsum_(-1)  # (B, i, j)
             # ds = domega + dg g (1 - g)
-            d_s = d_omega.addcmul_(d_g, g * (1 - g))  # (B, i, j)
+            d_s = d_omega.add_(torch.ops.aten.sigmoid_backward(d_g, g))  # (B, i, j)
             # dq = scale ds k + dz e
             d_q = torch.matmul(d_z, table[:rows])  # (B, i, d)
             dq[:, start:stop] = d_q.baddbmm_(d_s, k[:, :seen], alpha=scale)
