@@ -211,9 +211,9 @@ class _CoPEBlocks(torch.autograd.Function):
         for start in range(0, i, BLOCK):
             stop = min(start + BLOCK, i)
             seen = stop + j - i  # the block's last query sees keys 0 .. seen - 1
-            omega, *_ = _cope_block(
+            omega = _cope_block(
                 q[:, start:stop], k[:, :seen], table, future, scale, n_positions
-            )
+            )[0]  # the rest freed now: memory is one block's
             # A = exp(omega - m) / sum_j exp(omega_ij - m), m = max_j omega_ij
             top = omega.amax(-1, keepdim=True)  # (B, i, 1)
             weights = omega.sub_(top).exp_()  # (B, i, j)
@@ -222,6 +222,7 @@ class _CoPEBlocks(torch.autograd.Function):
             # L_i = log sum_j exp(omega_ij) = m + log sum_j exp(omega_ij - m)
             lse[:, start:stop] = (top + total.log()).squeeze(-1)
             out[:, start:stop] = torch.bmm(weights, v[:, :seen])
+            del omega, weights  # before the next block is built
         ctx.save_for_backward(q, k, v, table, out, lse)
         ctx.scale = scale
         return out
@@ -251,25 +252,30 @@ class _CoPEBlocks(torch.autograd.Function):
             # domega = A (dO v^T - D_i)
             d_omega = torch.matmul(d_blk, v[:, :seen].transpose(1, 2))  # (B, i, j)
             d_omega.sub_(dot[:, start:stop, None]).mul_(weights)
+            del omega, weights
+            # z[ceil] - z[floor]: 0 at an integer p (w = 0), where the reference's
+            # lerp reads one row (the clamp leaves an integer)
+            z_step.mul_(w.sign())  # (B, i, j)
             # dz[floor] += domega (1 - w), dz[floor + 1] += domega w
-            d_w = d_omega * w  # (B, i, j)
+            d_w = w.mul_(d_omega)  # (B, i, j), in w's memory
             d_z = q.new_zeros(*q_blk.shape[:2], rows).scatter_add_(-1, floor, d_omega)
             d_ceil = torch.zeros_like(d_z).scatter_add_(-1, floor, d_w)
+            del w, d_w, floor
             d_z.sub_(d_ceil)
             d_z[..., 1:] += d_ceil[..., :-1]  # (B, i, rows)
-            # dp = domega (z[ceil] - z[floor]): 0 at an integer p (w = 0), where
-            # the reference's lerp reads one row (the clamp leaves an integer)
-            d_p = torch.mul(d_omega, z_step).mul_(w.sign())  # (B, i, j)
-            # dg_it = sum_{j <= t} dp_ij
-            d_g = d_p.cumsum_(-1)  # (B, i, j)
+            del d_ceil
+            # dp = domega (z[ceil] - z[floor]);  dg_it = sum_{j <= t} dp_ij
+            d_g = z_step.mul_(d_omega).cumsum_(-1)  # (B, i, j), in z_step's memory
             # ds = domega + dg g (1 - g)
             d_s = d_omega.add_(torch.ops.aten.sigmoid_backward(d_g, g))  # (B, i, j)
+            del z_step, d_g, g
             # dq = scale ds k + dz e
             d_q = torch.matmul(d_z, table[:rows])  # (B, i, d)
             dq[:, start:stop] = d_q.baddbmm_(d_s, k[:, :seen], alpha=scale)
             # dk = scale ds^T q;  de = dz^T q
             dk[:, :seen].baddbmm_(d_s.transpose(1, 2), q_blk, alpha=scale)
             d_table[:rows] += torch.einsum("bir,bid->rd", d_z, q_blk)
+            del d_s, d_omega, d_z  # before the next block is built
         return dq, dk, dv, d_table, None
 
 
