@@ -148,6 +148,8 @@ def test_trains_without_an_n_by_n_tensor():
             ).square().mean().backward()
 
         _, peaks[n] = pl.tensor_memory(step)
+    # about ten (b h, BLOCK, n) blocks at once (gates, weights, positions, indices,
+    # their gradients): 0.67 of one score tensor at BLOCK = 64; the reference: 17
     one_score_tensor = b * h * 1024 * 1024 * 4
-    assert peaks[1024] < one_score_tensor / 2, (peaks, one_score_tensor)
+    assert peaks[1024] < 0.75 * one_score_tensor, (peaks, one_score_tensor)
     assert peaks[1024] / peaks[256] < 8, peaks

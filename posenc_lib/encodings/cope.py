@@ -165,17 +165,19 @@ def _cope_block(q_blk, k_seen, table, future, scale, n_positions):
     rows = min(n_positions, j + 1)  # floor p, ceil p <= min(P - 1, j)
     # z_i[k] = q_i . e[k] for the rows the block can read
     z = torch.matmul(q_blk, table[:rows].T)  # (B, i, rows)
+    floor = p.long()  # p >= 0: truncation is the floor
+    w = p.frac_()  # (B, i, j), p - floor p, the weight of the ceiling
+    # q_i . e[p_ij] = z[floor] + w (z[floor + 1] - z[floor]) (the reference's lerp,
+    # which reads z[floor] alone at an integer p: w = 0);  omega = s + q_i . e[p_ij]
+    omega = s.add_(z.gather(-1, floor))  # (B, i, j)
     # z[k + 1] - z[k] (0 past the last row, which only an integer p reads)
     step = torch.empty_like(z)  # (B, i, rows)
     torch.sub(z[..., 1:], z[..., :-1], out=step[..., :-1])
     step[..., -1] = 0
-    floor = p.long()  # p >= 0: truncation is the floor
-    w = p.frac_()  # (B, i, j), p - floor p, the weight of the ceiling
-    # q_i . e[p_ij] = z[floor] + w (z[floor + 1] - z[floor]) (the reference's lerp,
-    # which reads z[floor] alone at an integer p: w = 0)
+    del z
     z_step = step.gather(-1, floor)  # (B, i, j)
-    # omega = s + q_i . e[p_ij]
-    omega = s.add_(z.gather(-1, floor)).addcmul_(w, z_step)  # (B, i, j)
+    del step
+    omega.addcmul_(w, z_step)
     return omega, g, w, floor, z_step, rows
 
 
