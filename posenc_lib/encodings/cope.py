@@ -216,15 +216,15 @@ class _CoPEBlocks(torch.autograd.Function):
             omega = _cope_block(
                 q[:, start:stop], k[:, :seen], table, future, scale, n_positions
             )[0]  # the rest freed now: memory is one block's
-            # A = exp(omega - m) / sum_j exp(omega_ij - m), m = max_j omega_ij
+            # out = sum_j exp(omega_ij - m) v_j / sum_j exp(omega_ij - m), m = max_j
+            # omega_ij (the division on (i, e), not on the weights (i, j))
             top = omega.amax(-1, keepdim=True)  # (B, i, 1)
-            weights = omega.sub_(top).exp_()  # (B, i, j)
-            total = weights.sum(-1, keepdim=True)  # (B, i, 1)
-            weights.div_(total)
+            unnormed = omega.sub_(top).exp_()  # (B, i, j)
+            total = unnormed.sum(-1, keepdim=True)  # (B, i, 1)
+            out[:, start:stop] = torch.bmm(unnormed, v[:, :seen]).div_(total)
             # L_i = log sum_j exp(omega_ij) = m + log sum_j exp(omega_ij - m)
             lse[:, start:stop] = (top + total.log()).squeeze(-1)
-            out[:, start:stop] = torch.bmm(weights, v[:, :seen])
-            del omega, weights  # before the next block is built
+            del omega, unnormed  # before the next block is built
         ctx.save_for_backward(q, k, v, table, out, lse)
         ctx.scale = scale
         return out
