@@ -166,7 +166,8 @@ def main(argv=None) -> int:
                 for key, t in pe.example_inputs(B, n, generator=g).items()
             }
             x = torch.randn(B, n, H * D, device=device)
-            default = "slow" if pe.needs_score_path else "fast"
+            causal = pl.prepare(pe, B, H, n, n, pos, pos, True, None, inputs, device)
+            default = "fast" if pe.runs_fused(causal) else "slow"  # this call's path
             runs = [(path, "explicit") for path in args.paths]
             if pe.coord_axes is None and default in args.paths:
                 runs.append((default, "default"))  # q_pos = k_pos = None: 0 .. n-1

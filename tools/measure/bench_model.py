@@ -313,7 +313,9 @@ def main(argv=None) -> int:
                     notes[name] = f"refused: {str(error).splitlines()[0][:90]}"
                     continue
                 models[name] = model
-                default_path[name] = "slow" if model.pe.needs_score_path else "fast"
+                # the path a causal call in token order takes (the model's calls)
+                causal = pl.prepare(model.pe, 1, 1, 2, 2, causal=True, device=device)
+                default_path[name] = "fast" if model.pe.runs_fused(causal) else "slow"
             times = measure(models, tokens, args.repeats)
         rows = rows_of(times, default_path, notes, models)
         meta = dict(
