@@ -52,6 +52,8 @@ kernels.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -175,7 +177,12 @@ def _block_weights(
     # 1 - sum_j A_ij = prod_l (1 - beta_il) (telescoping): exact, no cancellation
     rest = after[..., -1:].exp()  # (b, h, r, 1)
     # log A_ij = z_ij + sum_{l >= j} log(1 - beta_il) = z_ij - sum softplus(z_il)
-    weights = after.sub_(minus_z).exp_()  # (b, h, r, s)
+    log_a = after.sub_(minus_z)  # (b, h, r, s); -inf where hidden
+    # A_ij = exp(log A_ij), and exactly 0 below exp(floor + 1) (hidden keys too): a
+    # vectorised exp that returns a subnormal number or 0 takes a slow path (a CPU's:
+    # 30 to 100 times slower), and so do matrix products of subnormal numbers
+    floor = math.log(torch.finfo(rows.dtype).tiny) + 8  # float32: -79.3
+    weights = F.threshold_(log_a.clamp_min_(floor).exp_(), math.exp(floor + 1), 0.0)
     return weights, log_keep, rest
 
 
@@ -249,8 +256,9 @@ class _StickBreakingBlocks(torch.autograd.Function):
             total_to = torch.cumsum(grad_a, -1, out=a)  # (b, h, r, s), reusing a
             total = total_to[..., -1:].clone()  # (b, h, r, 1)
             total_to.neg_().add_(total).add_(grad_a)
-            # -beta = -sigmoid(z) = expm1(log(1 - beta)): exact for small beta
-            minus_beta = log_keep.expm1_()  # (b, h, r, s)
+            # -beta = -sigmoid(z) = expm1(log(1 - beta)): exact for small beta (and
+            # -1 below -40, where the slow path of a vectorised expm1 would start)
+            minus_beta = log_keep.clamp_min_(-40.0).expm1_()  # (b, h, r, s)
             # dz_ij = G_ij - beta_ij sum_{l <= j} G_il
             dz = total_to.mul_(minus_beta).add_(grad_a)  # (b, h, r, s)
             # dq = scale dz k,  dk = scale dz^T q
