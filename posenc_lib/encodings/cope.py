@@ -144,17 +144,18 @@ def _cope_bias(q, logits, pos_emb) -> torch.Tensor:
     return torch.lerp(z.gather(-1, floor.long()), z.gather(-1, ceil), w)
 
 
-def _cope_block(q_blk, k_seen, table, future, scale, n_positions):
+def _cope_block(q_blk, k_seen, padded, future, scale, n_positions):
     """One block of queries against the keys they see, CoPE's forward maths.
 
     ``q_blk`` ``(B, i, d)`` (B = b h, i the block's queries, the last of which sees
-    every key), ``k_seen`` ``(B, j, d)``, ``table`` ``(n_positions, d)``, all in the
-    working dtype; ``future`` ``(>= i, >= i)``: -inf above the diagonal, else 0.
-    Returns ``(omega, g, w, floor, z_step, rows)``: the scores with CoPE's term
-    ``(B, i, j)`` (-inf on the future), the gates ``(B, i, j)``, the lerp weights
-    ``w = p - floor p`` ``(B, i, j)``, ``floor p`` ``(B, i, j)`` int64, ``z[floor +
-    1] - z[floor]`` ``(B, i, j)`` (the reference's ``z[ceil] - z[floor]`` wherever
-    ``w > 0``), and the number of table rows read."""
+    every key), ``k_seen`` ``(B, j, d)``, ``padded`` ``(n_positions + 1, d)`` (the
+    table and a row of zeros), all in the working dtype; ``future`` ``(>= i, >= i)``:
+    -inf above the diagonal, else 0. Returns ``(omega, g, w, floor, z_step, rows)``:
+    the scores with CoPE's term ``(B, i, j)`` (-inf on the future), the gates ``(B,
+    i, j)``, the lerp weights ``w = p - floor p`` ``(B, i, j)``, ``floor p`` ``(B, i,
+    j)`` int64, ``z[floor + 1] - z[floor]`` ``(B, i, j)`` (the reference's ``z[ceil]
+    - z[floor]`` wherever ``w > 0``; finite where ``w = 0``), and the number of table
+    rows read."""
     i, j = q_blk.shape[1], k_seen.shape[1]
     # s = scale q k^T, -inf on the future (the last i keys: query t sees key t)
     s = torch.matmul(q_blk * scale, k_seen.transpose(1, 2))  # (B, i, j)
@@ -166,22 +167,28 @@ def _cope_block(q_blk, k_seen, table, future, scale, n_positions):
     if j > n_positions - 1:  # p_ij <= j: clamped only if the table is shorter
         p.clamp_(max=n_positions - 1)
     rows = min(n_positions, j + 1)  # floor p, ceil p <= min(P - 1, j)
-    # z_i[k] = q_i . e[k] for the rows the block can read
-    z = torch.matmul(q_blk, table[:rows].T)  # (B, i, rows)
+    q_flat = q_blk.reshape(-1, q_blk.shape[-1])  # (B i, d), one copy for both
+    # z_i[k] = q_i . e[k] for the rows the block can read and one more (the padded
+    # table's last row, 0, where rows = P)
+    z = torch.mm(q_flat, padded[: rows + 1].T)  # (B i, rows + 1)
+    z = z.view(*q_blk.shape[:2], rows + 1)  # (B, i, rows + 1)
     floor = p.long()  # p >= 0: truncation is the floor
     w = p.frac_()  # (B, i, j), p - floor p, the weight of the ceiling
     # q_i . e[p_ij] = z[floor] + w (z[floor + 1] - z[floor]) (the reference's lerp,
     # which reads z[floor] alone at an integer p: w = 0);  omega = s + q_i . e[p_ij]
     omega = s.add_(z.gather(-1, floor))  # (B, i, j)
-    # z[k + 1] - z[k] (0 past the last row, which only an integer p reads)
-    step = torch.empty_like(z)  # (B, i, rows)
-    torch.sub(z[..., 1:], z[..., :-1], out=step[..., :-1])
-    step[..., -1] = 0
+    # z[k + 1] - z[k], any finite value past the table (read only where w = 0)
+    step = z[..., 1:] - z[..., :-1]  # (B, i, rows)
     del z
     z_step = step.gather(-1, floor)  # (B, i, j)
     del step
     omega.addcmul_(w, z_step)
     return omega, g, w, floor, z_step, rows
+
+
+def _padded(table: torch.Tensor) -> torch.Tensor:
+    """``(P + 1, d)``: the table and a row of zeros."""
+    return torch.cat((table, table.new_zeros(1, table.shape[1])))
 
 
 def _future(size: int, like: torch.Tensor) -> torch.Tensor:
@@ -213,20 +220,21 @@ class _CoPEBlocks(torch.autograd.Function):
         out = q.new_empty(*q.shape[:2], v.shape[-1])  # (B, i, e)
         lse = q.new_empty(q.shape[:2])  # (B, i)
         future = _future(min(BLOCK, i), q)
+        padded = _padded(table)  # (P + 1, d)
         for start in range(0, i, BLOCK):
             stop = min(start + BLOCK, i)
             seen = stop + j - i  # the block's last query sees keys 0 .. seen - 1
             omega = _cope_block(
-                q[:, start:stop], k[:, :seen], table, future, scale, n_positions
+                q[:, start:stop], k[:, :seen], padded, future, scale, n_positions
             )[0]  # the rest freed now: memory is one block's
             # out = sum_j exp(omega_ij - m) v_j / sum_j exp(omega_ij - m), m = max_j
             # omega_ij (the division on (i, e), not on the weights (i, j))
             top = omega.amax(-1, keepdim=True)  # (B, i, 1)
             unnormed = omega.sub_(top).exp_()  # (B, i, j)
             total = unnormed.sum(-1, keepdim=True)  # (B, i, 1)
-            out[:, start:stop] = torch.bmm(unnormed, v[:, :seen]).div_(total)
+            torch.bmm(unnormed, v[:, :seen], out=out[:, start:stop]).div_(total)
             # L_i = log sum_j exp(omega_ij) = m + log sum_j exp(omega_ij - m)
-            lse[:, start:stop] = (top + total.log()).squeeze(-1)
+            torch.add(top.squeeze(-1), total.log_().squeeze(-1), out=lse[:, start:stop])
             del omega, unnormed  # before the next block is built
         ctx.save_for_backward(q, k, v, table, out, lse)
         ctx.scale = scale
@@ -243,12 +251,13 @@ class _CoPEBlocks(torch.autograd.Function):
         dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
         d_table = torch.zeros_like(table)
         future = _future(min(BLOCK, i), q)
+        padded = _padded(table)  # (P + 1, d)
         for start in range(0, i, BLOCK):
             stop = min(start + BLOCK, i)
             seen = stop + j - i
             q_blk, d_blk = q[:, start:stop], d_out[:, start:stop]
             omega, g, w, floor, z_step, rows = _cope_block(
-                q_blk, k[:, :seen], table, future, scale, n_positions
+                q_blk, k[:, :seen], padded, future, scale, n_positions
             )
             # A = exp(omega - L)
             weights = omega.sub_(lse[:, start:stop, None]).exp_()  # (B, i, j)
@@ -265,21 +274,23 @@ class _CoPEBlocks(torch.autograd.Function):
             d_w = w.mul_(d_omega)  # (B, i, j), in w's memory
             d_z = q.new_zeros(*q_blk.shape[:2], rows).scatter_add_(-1, floor, d_omega)
             d_ceil = torch.zeros_like(d_z).scatter_add_(-1, floor, d_w)
-            del w, d_w, floor
+            del floor
             d_z.sub_(d_ceil)
             d_z[..., 1:] += d_ceil[..., :-1]  # (B, i, rows)
             del d_ceil
             # dp = domega (z[ceil] - z[floor]);  dg_it = sum_{j <= t} dp_ij
-            d_g = z_step.mul_(d_omega).cumsum_(-1)  # (B, i, j), in z_step's memory
+            d_g = torch.cumsum(z_step.mul_(d_omega), -1, out=d_w)  # in w's memory
             # ds = domega + dg g (1 - g)
             d_s = d_omega.add_(torch.ops.aten.sigmoid_backward(d_g, g))  # (B, i, j)
-            del z_step, d_g, g
+            del z_step, d_g, d_w, w, g
             # dq = scale ds k + dz e
-            d_q = torch.matmul(d_z, table[:rows])  # (B, i, d)
+            d_z = d_z.view(-1, rows)  # (B i, rows)
+            d_q = torch.mm(d_z, table[:rows]).view(*q_blk.shape)  # (B, i, d)
             dq[:, start:stop] = d_q.baddbmm_(d_s, k[:, :seen], alpha=scale)
             # dk = scale ds^T q;  de = dz^T q
             dk[:, :seen].baddbmm_(d_s.transpose(1, 2), q_blk, alpha=scale)
-            d_table[:rows] += torch.einsum("bir,bid->rd", d_z, q_blk)
+            q_flat = q_blk.reshape(-1, q_blk.shape[-1])  # (B i, d)
+            d_table[:rows].addmm_(d_z.T, q_flat)
             del d_s, d_omega, d_z  # before the next block is built
         return dq, dk, dv, d_table, None
 
