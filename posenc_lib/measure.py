@@ -33,6 +33,7 @@ __all__ = [
     "count_host_syncs",
     "attention_benchmark",
     "benchmark_devices",
+    "model_benchmark",
     "BENCH_DIR",
 ]
 
@@ -181,6 +182,32 @@ def attention_benchmark(device: str = "cpu") -> tuple[dict, list[dict]]:
             f"device must be one of {benchmark_devices()} (the benchmarks committed "
             f"with the library), got {device!r}; run tools/measure/bench_attention.py "
             "to measure this machine (on a GPU: make test-gpu)"
+        )
+    data = json.loads(path.read_text())
+    return data["meta"], data["rows"]
+
+
+def model_benchmark(device: str = "cpu") -> tuple[dict, list[dict]]:
+    """``(meta, rows)`` of the committed ``tools/measure/bench_model.py`` run on
+    ``device`` (``"cpu"``, or ``"cuda"`` where one was measured): a whole
+    ``TinyTransformer`` with each encoding against the same model whose attention is
+    one ``F.scaled_dot_product_attention(is_causal=True)``.
+
+    ``meta``: the machine, threads, torch version, the model's configuration
+    (``config``) and how it was timed. ``rows``: one dict per model, with ``fwd_ms``,
+    ``fb_ms``, ``fb_peak_mib`` and the ratios ``fwd_x_sdpa``, ``fb_x_sdpa``,
+    ``fb_peak_x_sdpa`` (over the plain SDPA model) and ``fwd_x_nope``, ``fb_x_nope``,
+    ``fb_peak_x_nope`` (over the NoPE model), or a ``note`` where it was refused.
+    """
+    path = BENCH_DIR / f"model_bench_{device}.json"
+    if not isinstance(device, str) or not path.is_file():
+        have = sorted(
+            p.stem.rsplit("_", 1)[1] for p in BENCH_DIR.glob("model_bench_*.json")
+        )
+        raise ValueError(
+            f"device must be one of {have} (the model benchmarks committed with the "
+            f"library), got {device!r}; run tools/measure/bench_model.py to measure "
+            "this machine (on a GPU: make test-gpu)"
         )
     data = json.loads(path.read_text())
     return data["meta"], data["rows"]

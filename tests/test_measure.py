@@ -72,3 +72,20 @@ def test_the_committed_benchmark_covers_every_encoding_and_path():
 def test_an_unmeasured_device_is_refused_with_the_ones_there_are():
     with pytest.raises(ValueError, match=r"device must be one of \['cpu'"):
         pl.attention_benchmark("tpu")
+
+
+def test_the_committed_model_benchmark_has_every_model_of_the_harness():
+    """``tools/measure/bench_model.py``'s CPU run, shipped with the library: the
+    baseline and every encoding the harness names, each with its ratios, measured
+    in the configuration the harness states for the CPU."""
+    from tools.measure.bench_model import CONFIGS, ENCODINGS
+
+    meta, rows = pl.model_benchmark("cpu")
+    assert {r["model"] for r in rows} == {"sdpa (baseline)", *ENCODINGS}
+    for r in rows:
+        assert r["fb_x_nope"] > 0 and r["fb_peak_x_nope"] > 0, r
+    for key, value in CONFIGS["cpu"].items():
+        if key in meta["config"]:
+            assert meta["config"][key] == value, key
+    with pytest.raises(ValueError, match="device must be one of"):
+        pl.model_benchmark("tpu")
