@@ -18,7 +18,7 @@ def test_the_harness_runs_and_writes_a_well_formed_file(tmp_path, capsys):
     out = tmp_path / "model_bench_cpu.json"
     threads = torch.get_num_threads()
     argv = [*TINY, "--n", "24", "--repeats", "2", "--out", str(out)]
-    assert bench_model.main([*argv, "--encodings", "t5", "alibi", "cope"]) == 0
+    assert bench_model.main([*argv, "--encodings", "t5", "alibi", "cope", "shaw"]) == 0
     assert torch.get_num_threads() == threads  # one thread while it measures
     data = json.loads(out.read_text())
     meta, rows = data["meta"], data["rows"]
@@ -28,14 +28,16 @@ def test_the_harness_runs_and_writes_a_well_formed_file(tmp_path, capsys):
     )
     assert meta["torch"] == torch.__version__ and meta["date"].endswith("UTC")
     names = [r["model"] for r in rows]
-    assert names == [bench_model.BASELINE, "nope", "t5", "alibi", "cope"]
+    assert names == [bench_model.BASELINE, "nope", "t5", "alibi", "cope", "shaw"]
     for row in rows:
         for key in ("fwd_ms", "fb_ms", "fb_peak_mib", "fb_x_sdpa", "fb_x_nope"):
             assert math.isfinite(row[key]) and row[key] > 0, (row["model"], key)
     by_name = {r["model"]: r for r in rows}
     assert by_name[bench_model.BASELINE]["fb_x_sdpa"] == 1.0
     assert by_name["nope"]["fb_x_nope"] == 1.0
-    assert by_name["t5"]["path"] == "fast" and by_name["cope"]["path"] == "slow"
+    # the path a causal call takes: CoPE's causal_attention is on the fused path
+    assert by_name["t5"]["path"] == by_name["cope"]["path"] == "fast"
+    assert by_name["shaw"]["path"] == "slow"
     table = out.with_suffix(".md").read_text()
     assert all(f"| {name} |" in table for name in names)
     assert table == capsys.readouterr().out.strip() + "\n"
