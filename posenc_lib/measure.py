@@ -176,15 +176,7 @@ def attention_benchmark(device: str = "cpu") -> tuple[dict, list[dict]]:
     memory (``fwd_peak_mib``, ``fb_peak_mib``), ``cache_mib``, ``compile_s`` and a
     ``note`` for what was refused or skipped (ratios absent there).
     """
-    path = BENCH_DIR / f"attention_{device}.json"
-    if not isinstance(device, str) or not path.is_file():
-        raise ValueError(
-            f"device must be one of {benchmark_devices()} (the benchmarks committed "
-            f"with the library), got {device!r}; run tools/measure/bench_attention.py "
-            "to measure this machine (on a GPU: make test-gpu)"
-        )
-    data = json.loads(path.read_text())
-    return data["meta"], data["rows"]
+    return _committed("attention", device, "bench_attention.py")
 
 
 def model_benchmark(device: str = "cpu") -> tuple[dict, list[dict]]:
@@ -199,15 +191,20 @@ def model_benchmark(device: str = "cpu") -> tuple[dict, list[dict]]:
     ``fb_peak_x_sdpa`` (over the plain SDPA model) and ``fwd_x_nope``, ``fb_x_nope``,
     ``fb_peak_x_nope`` (over the NoPE model), or a ``note`` where it was refused.
     """
-    path = BENCH_DIR / f"model_bench_{device}.json"
+    return _committed("model_bench", device, "bench_model.py")
+
+
+def _committed(kind: str, device: str, tool: str) -> tuple[dict, list[dict]]:
+    """``(meta, rows)`` of ``BENCH_DIR/<kind>_<device>.json``, or a ``ValueError``
+    naming the devices committed and the tool (in ``tools/measure/``) that writes
+    one."""
+    path = BENCH_DIR / f"{kind}_{device}.json"
     if not isinstance(device, str) or not path.is_file():
-        have = sorted(
-            p.stem.rsplit("_", 1)[1] for p in BENCH_DIR.glob("model_bench_*.json")
-        )
+        have = sorted(p.stem[len(kind) + 1 :] for p in BENCH_DIR.glob(f"{kind}_*.json"))
         raise ValueError(
-            f"device must be one of {have} (the model benchmarks committed with the "
-            f"library), got {device!r}; run tools/measure/bench_model.py to measure "
-            "this machine (on a GPU: make test-gpu)"
+            f"device must be one of {have} (the {kind.replace('_', ' ')} runs "
+            f"committed with the library), got {device!r}; run tools/measure/{tool} "
+            "to measure this machine (on a GPU: make test-gpu)"
         )
     data = json.loads(path.read_text())
     return data["meta"], data["rows"]
