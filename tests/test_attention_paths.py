@@ -512,3 +512,30 @@ def test_key_bias_blocks_off_the_cpu_kernel_recompute_and_agree(monkeypatch):
             assert_close(fast, slow)
     growth = peaks[1024, "fast"] / peaks[256, "fast"]
     assert growth < 8, peaks  # n^2 would be 16
+
+
+@pytest.mark.parametrize("e", [4, 9, 16], ids=["narrower", "d+1", "wider"])
+@pytest.mark.parametrize(
+    "name", ["alibi", "t5", "fox", "sink", "stick_breaking", "cope"]
+)
+def test_the_fused_forms_take_values_of_another_width(name, e):
+    """The CPU flash kernel wants q, k and v equally wide; the fused forms pad them
+    (zeros change no dot product): values narrower or wider than the queries give the
+    reference's output and gradients (a wider v was a bare kernel error)."""
+    torch.manual_seed(0)
+    pe = pl.make_encoding(name, d_model=32, n_heads=4, max_len=64).double()
+    with torch.no_grad():
+        for t in pe.parameters():
+            t.add_(0.3 * torch.randn_like(t))
+    q, k = (torch.randn(2, 4, 20, 8, dtype=torch.float64, requires_grad=True)
+            for _ in range(2))  # fmt: skip
+    v = torch.randn(2, 4, 20, e, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(2, 20, 32, dtype=torch.float64)  # FoX's gates
+    leaves = [q, k, v, *pe.parameters()]
+    fast = pl.attention(q, k, v, pe, causal=True, path="fast", x=x)
+    slow = pl.attention(q, k, v, pe, causal=True, path="slow", x=x)
+    assert_close(fast, slow)
+    for got, want in zip(
+        torch.autograd.grad(fast.sum(), leaves), torch.autograd.grad(slow.sum(), leaves)
+    ):
+        assert_close(got, want)

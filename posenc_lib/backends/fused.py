@@ -170,7 +170,7 @@ class _BandBiasFlash(torch.autograd.Function):
     def forward(ctx, q, k, v, near, scale):
         kernel = getattr(torch.ops.aten, _CPU_FLASH)
         i, j, e = q.shape[2], k.shape[2], v.shape[-1]
-        values = _as_wide_as(v, q.shape[-1])
+        q_, k_, values = _as_wide(q, k, v)  # the kernel wants them equally wide
         # (1, h|1, rows, j + rows): rows for the kernel's blocks and the gradient's
         band = _distance_band(near, max(min(BAND_BLOCK, i), BAND_ROWS), j)
         outs, lses = [], []
@@ -180,7 +180,7 @@ class _BandBiasFlash(torch.autograd.Function):
                 seen, offset = stop + j - i, start + j - i
                 mask = band[..., : stop - start, j - offset : j - offset + seen]
                 out, lse = kernel(
-                    q[:, :, start:stop], k[:, :, :seen], values[:, :, :seen], 0.0,
+                    q_[:, :, start:stop], k_[:, :, :seen], values[:, :, :seen], 0.0,
                     False, attn_mask=mask, scale=scale,
                 )  # fmt: skip
                 outs.append(out)
@@ -195,7 +195,7 @@ class _BandBiasFlash(torch.autograd.Function):
         q, k, v, out, lse, band = ctx.saved_tensors
         kernel = getattr(torch.ops.aten, _CPU_FLASH + "_backward")
         i, d, j, e = q.shape[2], q.shape[3], k.shape[2], v.shape[-1]
-        values = _as_wide_as(v, d)
+        q_, k_, values = _as_wide(q, k, v)
         grad1 = _as_wide_as(grad, out.shape[-1]).contiguous()
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         for start in range(0, i, BAND_BLOCK):
@@ -204,7 +204,7 @@ class _BandBiasFlash(torch.autograd.Function):
             mask = band[..., : stop - start, j - offset : j - offset + seen]
             with _flushed():
                 dq1, dk1, dv1 = kernel(
-                    grad1[:, :, start:stop], q[:, :, start:stop], k[:, :, :seen],
+                    grad1[:, :, start:stop], q_[:, :, start:stop], k_[:, :, :seen],
                     values[:, :, :seen], out[:, :, start:stop], lse[:, :, start:stop],
                     0.0, False, attn_mask=mask, scale=ctx.scale,
                 )  # fmt: skip
@@ -273,6 +273,13 @@ def _distance_band(near, rows: int, j: int) -> torch.Tensor:
     # the rows in reverse, copied row by row (flip would copy column by column)
     reverse = torch.arange(rows - 1, -1, -1, device=near.device)
     return windows.index_select(1, reverse)[None]  # (1, h|1, rows, j + rows)
+
+
+def _as_wide(q, k, v):
+    """q, k, v padded with zeros on their last dimension to the widest of them: the
+    CPU flash kernel wants them equally wide (zeros change no dot product)."""
+    width = max(q.shape[-1], v.shape[-1])
+    return _as_wide_as(q, width), _as_wide_as(k, width), _as_wide_as(v, width)
 
 
 def _as_wide_as(t: torch.Tensor, width: int) -> torch.Tensor:
@@ -408,10 +415,10 @@ def _flash_blocks(q, k, v, w, scale):
     made); mask a view of one band, 0 where query t sees key s (s <= t + offset)."""
     b, h, i, d = q.shape
     j, e, dtype = k.shape[2], v.shape[-1], q.dtype
-    keys = torch.cat([k, k.new_zeros(b, h, j, 1)], dim=-1)  # (b, h, j, d + 1)
-    values = v
-    if d + 1 > e:  # the kernel wants v as wide as q and k
-        values = torch.cat([v, v.new_zeros(b, h, j, d + 1 - e)], dim=-1)
+    # the kernel wants q, k and v equally wide: zeros after column d (the bias's)
+    width = max(d + 1, e)
+    keys = _as_wide_as(k, width)  # (b, h, j, width): column d rewritten per block
+    values = _as_wide_as(v, width)
     rows = min(KEY_BIAS_BLOCK, i)
     # band[r, c] = 0 where c <= r + j, else -inf: the block at offset o reads columns
     # j - o ..., so that key s of query r is allowed where s <= r + o
@@ -420,7 +427,8 @@ def _flash_blocks(q, k, v, w, scale):
     band = torch.zeros((), dtype=dtype, device=q.device).masked_fill(
         c > r + j, float("-inf")
     )  # (rows, j + rows)
-    one = torch.full((b, h, rows, 1), 1.0 / scale, dtype=dtype, device=q.device)
+    one = q.new_zeros(b, h, rows, width - d)  # the queries' extra columns
+    one[..., 0] = 1.0 / scale  # against the bias's column of the keys
     for start in range(0, i, KEY_BIAS_BLOCK):
         stop = min(start + KEY_BIAS_BLOCK, i)
         n_rows, offset = stop - start, start + j - i
