@@ -486,16 +486,20 @@ def test_a_sink_is_the_plain_attention_rescaled_by_its_log_sum_exp():
     assert_close(fast, pl.attention(q, k, v, pe, causal=True, path="slow"))
 
 
-def test_key_bias_blocks_off_the_cpu_kernel_recompute_and_agree(monkeypatch):
+@pytest.mark.parametrize("name", ["fox", "t5"])
+def test_the_blocks_off_the_cpu_kernel_recompute_and_agree(monkeypatch, name):
     """Where the CPU's flash kernel is not used (a GPU; here by hiding it), each block
-    goes through scaled_dot_product_attention and is recomputed in the backward pass:
-    the reference's output and gradients, and memory that grows like n, not n^2."""
+    of FoX's key form and T5's band goes through scaled_dot_product_attention and is
+    recomputed in the backward pass: the reference's output and gradients (the
+    learned parameters' too), and memory that grows like n, not n^2."""
     from posenc_lib.backends import fused
 
     monkeypatch.setattr(fused, "_CPU_FLASH", "no_such_kernel")
     monkeypatch.setattr(fused, "KEY_BIAS_BLOCK", 64)
+    monkeypatch.setattr(fused, "BAND_BLOCK", 64)
     torch.manual_seed(0)
-    mha = pl.MultiHeadAttention(16, 2, "fox").double()
+    mha = pl.MultiHeadAttention(16, 2, name).double()
+    learned = next(mha.pe.parameters())
     grads, peaks = [], {}
     for n in (256, 512, 1024):
         x = torch.randn(1, n, 16, dtype=torch.float64, requires_grad=True)
@@ -507,7 +511,7 @@ def test_key_bias_blocks_off_the_cpu_kernel_recompute_and_agree(monkeypatch):
                 mha(x, causal=True, path=path).square().mean().backward()
 
             _, peaks[n, path] = pl.tensor_memory(step)
-            grads.append((x.grad.clone(), mha.pe.gate.weight.grad.clone()))
+            grads.append((x.grad.clone(), learned.grad.clone()))
         for fast, slow in zip(grads[-2], grads[-1]):
             assert_close(fast, slow)
     growth = peaks[1024, "fast"] / peaks[256, "fast"]

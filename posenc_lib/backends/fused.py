@@ -16,8 +16,9 @@ one float mask. It costs what the maths costs:
   differentiates it and nothing ``n x n`` is built; attention sinks
   (``sink_logits``) are one more key, of value 0, that every query sees;
 * a bias of the distance alone, constant beyond a band (``band_bias``: T5's
-  buckets) is 0 beyond the band once the constant is dropped: on a CPU the kernel
-  reads it as a mask, and its gradient is summed over the band's diagonals only;
+  buckets) is 0 beyond the band once the constant is dropped: the kernel reads it
+  as a mask, in blocks of queries, and on a CPU its gradient is summed over the
+  band's diagonals only;
 * an encoding's own algorithm (``causal_attention``: stick-breaking, CoPE) runs the
   causal calls in token order that it serves.
 """
@@ -69,7 +70,7 @@ def attend(q, k, v, pe: PositionalEncoding, pos: Positions, ctx: Context, scale)
         w = pe.call_hook("key_bias", q, k, pos.q, pos.k, ctx=ctx)
         if w is not None:
             return key_bias_blocks(q, k, v, w, scale)
-        if band_bias_runs(pe, q):
+        if band_bias_runs(pe):
             c = pe.call_hook("band_bias", q, k, pos.q, pos.k, ctx=ctx)
             if c is not None:
                 return band_bias_blocks(q, k, v, c, scale)
@@ -131,27 +132,50 @@ def band_bias_blocks(q, k, v, c, scale) -> torch.Tensor:
     W + 1)``, ``c[:, r]`` for distance ``r < W`` and ``c[:, W]`` beyond).
 
     The softmax of a row ignores a constant, so the bias is ``c[:, r] - c[:, W]``: 0
-    from distance W on. On a CPU, one autograd step (``_BandBiasFlash``) runs the
-    queries in blocks through the flash kernel with that bias as a mask (each block's
-    a view of one band), and sums the bias's gradient over the W diagonals nearest
-    the queries only, recomputing there the weights from the kernel's log-sum-exps:
-    nothing ``n x n`` is built or kept. Elsewhere (no CPU flash kernel) the bias goes
-    to ``score_bias``'s float mask, as before. ``(b, h, i, e)``."""
+    from distance W on. The queries go in blocks, each against the keys it sees,
+    with that bias as a mask that is a view of one band (``_distance_band``):
+
+    * on a CPU, one autograd step (``_BandBiasFlash``) runs the blocks through the
+      flash kernel and sums the bias's gradient over the W diagonals nearest the
+      queries only, recomputing there the weights from the kernel's log-sum-exps;
+    * elsewhere, each block is one ``scaled_dot_product_attention`` call whose mask
+      needs a gradient (the memory-efficient kernel differentiates it on a GPU),
+      recomputed in the backward pass, so that no block's mask is kept.
+
+    Nothing ``n x n`` is built or kept. ``(b, h, i, e)``."""
     i, j = q.shape[2], k.shape[2]
     # c[:, r] - c[:, W] for the distances this call holds (at most j - 1)
     near = (c[:, :-1] - c[:, -1:])[:, :j].to(q.dtype)  # (h|1, W)
-    return _BandBiasFlash.apply(q, k, v, near, scale)
+    if q.device.type == "cpu" and hasattr(torch.ops.aten, _CPU_FLASH):
+        return _BandBiasFlash.apply(q, k, v, near, scale)
+    band = _distance_band(near, min(BAND_BLOCK, i), j)  # (1, h|1, rows, j + rows)
+    keep_nothing = torch.is_grad_enabled()
+    out = []
+    for start in range(0, i, BAND_BLOCK):
+        args = (q, k, v, band, start, min(start + BAND_BLOCK, i), scale)
+        if keep_nothing:
+            out.append(checkpoint(_band_block, *args, use_reentrant=False))
+        else:
+            out.append(_band_block(*args))
+    return torch.cat(out, dim=2)  # (b, h, i, e)
 
 
-def band_bias_runs(pe: PositionalEncoding, q: torch.Tensor) -> bool:
-    """Whether ``band_bias_blocks`` runs a call with these queries: a ``band_bias``
-    and the CPU's flash kernel, outside ``torch.compile``."""
-    return (
-        overrides(pe, "band_bias")
-        and q.device.type == "cpu"
-        and hasattr(torch.ops.aten, _CPU_FLASH)
-        and not compiling()
-    )
+def _band_block(q, k, v, band, start: int, stop: int, scale) -> torch.Tensor:
+    """Queries ``start .. stop - 1`` against the keys they see, the band's bias as
+    their mask: ``(b, h, stop - start, e)``."""
+    i, j = q.shape[2], k.shape[2]
+    seen, offset = stop + j - i, start + j - i
+    mask = band[..., : stop - start, j - offset : j - offset + seen]
+    return F.scaled_dot_product_attention(
+        q[:, :, start:stop], k[:, :, :seen], v[:, :, :seen], attn_mask=mask,
+        scale=scale,
+    )  # fmt: skip
+
+
+def band_bias_runs(pe: PositionalEncoding) -> bool:
+    """Whether ``band_bias_blocks`` runs a call of ``pe``: a ``band_bias``, outside
+    ``torch.compile`` (which traces the float mask of ``score_bias``)."""
+    return overrides(pe, "band_bias") and not compiling()
 
 
 class _BandBiasFlash(torch.autograd.Function):

@@ -13,16 +13,24 @@ from posenc_lib.course.exercises._values import number
 CHAPTER = "part6/cost"
 
 HEADS_STUB = """\
-# measured: peak memory of the "alibi" run with 8 heads / with 1 head
+# measured: peak memory of the "alibi, float mask" run with 8 heads / with 1 head
 heads_ratio = ...  # your answer
 """
+
+
+class _FloatMaskALiBi(pl.ALiBi):
+    """The chapter's ``FloatMaskALiBi``: ALiBi without its key form, so that the fused
+    path takes its bias as an (h, n, n) float mask."""
+
+    key_bias = pl.PositionalEncoding.key_bias
 
 
 @functools.lru_cache(maxsize=None)
 def _peak(heads: int, n: int = 1024, d: int = 32) -> int:
     """Peak tensor memory (bytes) of one forward and backward pass of the chapter's
-    "alibi" run (fused path, causal) with ``heads`` heads of width ``d``."""
-    pe = pl.make_encoding("alibi", d_model=heads * d, n_heads=heads, max_len=n)
+    "alibi, float mask" run (fused path, causal) with ``heads`` heads of width
+    ``d``."""
+    pe = _FloatMaskALiBi(heads)
     g = torch.Generator().manual_seed(0)
     q, k, v = (
         torch.randn(1, heads, n, d, generator=g).requires_grad_() for _ in range(3)
@@ -53,7 +61,7 @@ def _(answer):
     )
     return (
         f"the peak tensor memory grows by {want:.2f} from 1 to 8 heads "
-        "(pl.tensor_memory of the alibi run at n = 1024, to 5 %)."
+        "(pl.tensor_memory of the alibi, float mask run at n = 1024, to 5 %)."
     )
 
 
