@@ -149,14 +149,22 @@ def band_bias_blocks(q, k, v, c, scale) -> torch.Tensor:
     if q.device.type == "cpu" and hasattr(torch.ops.aten, _CPU_FLASH):
         return _BandBiasFlash.apply(q, k, v, near, scale)
     band = _distance_band(near, min(BAND_BLOCK, i), j)  # (1, h|1, rows, j + rows)
-    keep_nothing = torch.is_grad_enabled()
+    return recomputed_blocks(_band_block, BAND_BLOCK, q, k, v, band, scale)
+
+
+def recomputed_blocks(block, size: int, q, k, v, extra, scale) -> torch.Tensor:
+    """``block(q, k, v, extra, start, stop, scale)`` for every ``size`` queries,
+    joined: ``(b, h, i, e)``. In training each block is recomputed in the backward
+    pass (non-reentrant checkpoint), so that what it builds (its mask, its keys) is
+    not kept: memory O(n) plus one block. Under ``torch.compile``, plain calls."""
+    keep_nothing = torch.is_grad_enabled() and not compiling()
     out = []
-    for start in range(0, i, BAND_BLOCK):
-        args = (q, k, v, band, start, min(start + BAND_BLOCK, i), scale)
+    for start in range(0, q.shape[2], size):
+        args = (q, k, v, extra, start, min(start + size, q.shape[2]), scale)
         if keep_nothing:
-            out.append(checkpoint(_band_block, *args, use_reentrant=False))
+            out.append(checkpoint(block, *args, use_reentrant=False))
         else:
-            out.append(_band_block(*args))
+            out.append(block(*args))
     return torch.cat(out, dim=2)  # (b, h, i, e)
 
 
@@ -332,18 +340,8 @@ def key_bias_blocks(q, k, v, w, scale) -> torch.Tensor:
     if q.device.type == "cpu" and hasattr(torch.ops.aten, _CPU_FLASH):
         if not compiling():  # torch.compile traces the plain blocks below
             return _KeyBiasFlash.apply(q, k, v, w, scale)
-    # elsewhere each block is recomputed in the backward pass (what it builds is
-    # not kept: memory O(n) plus one block, as on the CPU)
-    keep_nothing = torch.is_grad_enabled() and not compiling()
-    out = []
-    for start in range(0, i, KEY_BIAS_BLOCK):
-        stop = min(start + KEY_BIAS_BLOCK, i)
-        args = (q, k, v, w, start, stop, scale)
-        if keep_nothing:
-            out.append(checkpoint(_attend_block, *args, use_reentrant=False))
-        else:
-            out.append(_attend_block(*args))
-    return torch.cat(out, dim=2)  # (b, h, i, e)
+    # elsewhere each block is recomputed in the backward pass, as on the CPU
+    return recomputed_blocks(_attend_block, KEY_BIAS_BLOCK, q, k, v, w, scale)
 
 
 _CPU_FLASH = "_scaled_dot_product_flash_attention_for_cpu"
