@@ -1,5 +1,7 @@
 """CoPE's own causal attention (``CoPE.causal_attention``, blocks of queries with a
-hand-written backward) against the reference: outputs, gradients, memory."""
+hand-written backward) against the reference: outputs, gradients, memory. Every test
+runs twice: with the block's elementwise steps in torch's operations (the path off the
+CPU) and in numba's compiled scan (the CPU's path when numba is installed)."""
 
 import pytest
 import torch
@@ -9,6 +11,23 @@ import posenc_lib as pl
 import posenc_lib.encodings.cope as cope
 
 F32 = dict(atol=2e-5, rtol=1e-4)
+
+
+@pytest.fixture(autouse=True, params=["torch", "numba"])
+def scan(request, monkeypatch):
+    """Which of the two runs the blocks' elementwise steps."""
+    if request.param == "numba":
+        pytest.importorskip("numba")
+    monkeypatch.setattr(cope, "COMPILED_SCAN", request.param == "numba")
+    return request.param
+
+
+def test_the_cpu_path_is_the_compiled_scan_when_numba_is_installed(scan):
+    """The switch is read per call: the compiled scan on a CPU, torch's operations
+    when it is off (and off the CPU, which ``_scan`` refuses by device)."""
+    like = torch.zeros(1)
+    assert (cope._scan(like) is not None) == (scan == "numba")
+    assert cope._scan(like.to("meta")) is None
 
 
 def layer(d_head, n_positions, dtype=torch.float64, seed=0):
@@ -149,7 +168,9 @@ def test_trains_without_an_n_by_n_tensor():
 
         _, peaks[n] = pl.tensor_memory(step)
     # about ten (b h, BLOCK, n) blocks at once (gates, weights, positions, indices,
-    # their gradients): 0.67 of one score tensor at BLOCK = 64; the reference: 17
+    # their gradients) and the reversed k, v and their gradients: 0.74 of one score
+    # tensor at BLOCK = 64 with torch's operations, 0.62 with the compiled scan (no
+    # positions or indices kept); the reference: 17
     one_score_tensor = b * h * 1024 * 1024 * 4
-    assert peaks[1024] < 0.75 * one_score_tensor, (peaks, one_score_tensor)
+    assert peaks[1024] < 0.8 * one_score_tensor, (peaks, one_score_tensor)
     assert peaks[1024] / peaks[256] < 8, peaks

@@ -48,6 +48,9 @@ __all__ = ["CoPE", "cope_positions", "cope_bias"]
 # d = 32, n = 1024, fwd + bwd): 48 to 64 fastest, 16 and 128 about 20% slower; the
 # peak grows with it: 4.7, 6.7, 10.7 MiB at 16, 32, 64 (one (h, n, n) float32: 16)
 BLOCK = 64
+# the CPU's blocks run their elementwise steps in numba's compiled scan when numba
+# is installed (``_cope_scan``); False: torch's operations everywhere
+COMPILED_SCAN = True
 
 
 def _check_float(t: object, name: str) -> torch.Tensor:
@@ -144,46 +147,66 @@ def _cope_bias(q, logits, pos_emb) -> torch.Tensor:
     return torch.lerp(z.gather(-1, floor.long()), z.gather(-1, ceil), w)
 
 
+def _gates(q_blk, k_seen, future, scale):
+    """``(s, g)``, each ``(B, i, j)``: the scaled scores of a block of queries ``(B,
+    i, d)`` against the keys it sees ``(B, j, d)``, newest key first, with -inf on
+    the future (``future`` ``(i, i)``: -inf where query r may not see column c, ``r
+    + c < i - 1``), and their gates."""
+    i = q_blk.shape[1]
+    # s = scale q k^T, -inf on the future (the first i columns: the newest keys)
+    s = torch.matmul(q_blk * scale, k_seen.transpose(1, 2))  # (B, i, j)
+    s[:, :, :i] += future
+    # g_it = sigmoid(s_it): 0 on the future
+    return s, torch.sigmoid(s)
+
+
+def _table_scores(q_blk, padded, j, n_positions):
+    """``(z, rows)``: ``z`` ``(B i, rows + 1)``, ``z_r[k] = q_r . e[k]`` for the
+    ``rows = min(P, j + 1)`` table rows a block over j keys can read (``floor p <=
+    min(P - 1, j)``) and one more (the padded table's zero row where rows = P)."""
+    rows = min(n_positions, j + 1)
+    q_flat = q_blk.reshape(-1, q_blk.shape[-1])  # (B i, d)
+    return torch.mm(q_flat, padded[: rows + 1].T), rows  # (B i, rows + 1)
+
+
 def _cope_block(q_blk, k_seen, padded, future, scale, n_positions):
-    """One block of queries against the keys they see, CoPE's forward maths.
+    """One block of queries against the keys they see, newest key first, CoPE's
+    forward maths in torch's operations (the path off the CPU, or without numba).
 
     ``q_blk`` ``(B, i, d)`` (B = b h, i the block's queries, the last of which sees
-    every key), ``k_seen`` ``(B, j, d)``, ``padded`` ``(n_positions + 1, d)`` (the
-    table and a row of zeros), all in the working dtype; ``future`` ``(>= i, >= i)``:
-    -inf above the diagonal, else 0. Returns ``(omega, g, w, floor, z_step, rows)``:
-    the scores with CoPE's term ``(B, i, j)`` (-inf on the future), the gates ``(B,
-    i, j)``, the lerp weights ``w = p - floor p`` ``(B, i, j)``, ``floor p`` ``(B, i,
-    j)`` int64, ``z[floor + 1] - z[floor]`` ``(B, i, j)`` (the reference's ``z[ceil]
-    - z[floor]`` wherever ``w > 0``; finite where ``w = 0``), and the number of table
-    rows read."""
-    i, j = q_blk.shape[1], k_seen.shape[1]
-    # s = scale q k^T, -inf on the future (the last i keys: query t sees key t)
-    s = torch.matmul(q_blk * scale, k_seen.transpose(1, 2))  # (B, i, j)
-    s[:, :, j - i :] += future[:i, :i]
-    # g_it = sigmoid(s_it): 0 on the future
-    g = torch.sigmoid(s)  # (B, i, j)
-    # p_ij = sum_{t >= j} g_it: the reference's order (cope_positions)
-    p = g.flip(-1).cumsum(-1).flip(-1)  # (B, i, j)
+    every key), ``k_seen`` ``(B, j, d)`` in reverse token order (column c is the
+    c-th newest key the block sees), ``padded`` ``(n_positions + 1, d)`` (the table
+    and a row of zeros), all in the working dtype; ``future`` as in ``_gates``.
+    Returns ``(omega, g, w, floor, z_step, rows)``, each ``(B, i, j)`` with the keys
+    newest first: the scores with CoPE's term (-inf on the future), the gates, the
+    lerp weights ``w = p - floor p``, the flat index of ``floor p`` in ``(B i, rows
+    + 1)`` (``_flat_index``), ``z[floor + 1] - z[floor]`` (the reference's
+    ``z[ceil] - z[floor]`` wherever ``w > 0``; finite where ``w = 0``), and the
+    number of table rows read."""
+    j = k_seen.shape[1]
+    s, g = _gates(q_blk, k_seen, future, scale)  # (B, i, j) each
+    # p_ij = sum_{t >= j} g_it: newest key first, a cumulative sum (the reference's
+    # order: cope_positions sums from the last key backwards)
+    p = torch.cumsum(g, -1)  # (B, i, j)
     if j > n_positions - 1:  # p_ij <= j: clamped only if the table is shorter
         p.clamp_(max=n_positions - 1)
-    rows = min(n_positions, j + 1)  # floor p, ceil p <= min(P - 1, j)
-    q_flat = q_blk.reshape(-1, q_blk.shape[-1])  # (B i, d), one copy for both
-    # z_i[k] = q_i . e[k] for the rows the block can read and one more (the padded
-    # table's last row, 0, where rows = P)
-    z = torch.mm(q_flat, padded[: rows + 1].T)  # (B i, rows + 1)
-    z = z.view(*q_blk.shape[:2], rows + 1)  # (B, i, rows + 1)
-    floor = p.long()  # p >= 0: truncation is the floor
+    z, rows = _table_scores(q_blk, padded, j, n_positions)  # (B i, rows + 1)
+    # z[k + 1] - z[k], laid out as z (the last column is never read)
+    step = torch.empty_like(z)  # (B i, rows + 1)
+    torch.sub(z[:, 1:], z[:, :-1], out=step[:, :-1])
+    step[:, -1] = 0
+    # the flat index of z[floor p]: row (B i) of z, column floor p (p >= 0:
+    # truncation is the floor), for an index_select (about twice a gather's speed)
+    index = _flat_index(p, rows + 1)  # (B, i, j)
     w = p.frac_()  # (B, i, j), p - floor p, the weight of the ceiling
     # q_i . e[p_ij] = z[floor] + w (z[floor + 1] - z[floor]) (the reference's lerp,
     # which reads z[floor] alone at an integer p: w = 0);  omega = s + q_i . e[p_ij]
-    omega = s.add_(z.gather(-1, floor))  # (B, i, j)
-    # z[k + 1] - z[k], any finite value past the table (read only where w = 0)
-    step = z[..., 1:] - z[..., :-1]  # (B, i, rows)
+    omega = s.add_(z.view(-1).index_select(0, index.view(-1)).view_as(w))  # (B, i, j)
     del z
-    z_step = step.gather(-1, floor)  # (B, i, j)
+    z_step = step.view(-1).index_select(0, index.view(-1)).view_as(w)  # (B, i, j)
     del step
     omega.addcmul_(w, z_step)
-    return omega, g, w, floor, z_step, rows
+    return omega, g, w, index, z_step, rows
 
 
 def _padded(table: torch.Tensor) -> torch.Tensor:
@@ -191,12 +214,46 @@ def _padded(table: torch.Tensor) -> torch.Tensor:
     return torch.cat((table, table.new_zeros(1, table.shape[1])))
 
 
+def _flat_index(p: torch.Tensor, width: int) -> torch.Tensor:
+    """Positions ``p`` ``(B, i, j)`` (>= 0) -> the flat index ``(B, i, j)`` of
+    element ``floor p`` of row (b, t) in a ``(B i, width)`` table: int32 while it
+    fits."""
+    rows = p.shape[0] * p.shape[1]
+    dtype = torch.int32 if rows * width < 2**31 else torch.int64
+    starts = torch.arange(0, rows * width, width, dtype=dtype, device=p.device)
+    return p.to(dtype).add_(starts.view(*p.shape[:2], 1))
+
+
 def _future(size: int, like: torch.Tensor) -> torch.Tensor:
-    """``(size, size)``: -inf above the diagonal, 0 on and below it."""
+    """``(size, size)``: -inf where ``r + c < size - 1`` (query r of a block, column c
+    of its keys newest first: a key after the query), 0 elsewhere. The last ``m``
+    rows and first ``m`` columns are the mask of a block of ``m`` queries."""
     ones = torch.ones(size, size, dtype=torch.bool, device=like.device)
     return torch.zeros(size, size, dtype=like.dtype, device=like.device).masked_fill(
-        ones.triu(1), float("-inf")
+        ones.triu(1).flip(-1), float("-inf")
     )
+
+
+def _scan(like: torch.Tensor):
+    """The compiled position scan (``_cope_scan``) for a block like ``like``, or
+    None: off the CPU, with ``COMPILED_SCAN`` off, or without numba."""
+    if not COMPILED_SCAN or like.device.type != "cpu":
+        return None
+    try:
+        from . import _cope_scan
+    except ImportError:  # numba is optional: torch's operations do the same
+        return None
+    return _cope_scan
+
+
+def _last_row(like: torch.Tensor, n_positions: int):
+    """``P - 1`` as a numpy scalar of ``like``'s dtype (the scan's clamp)."""
+    return like.new_empty(()).numpy().dtype.type(n_positions - 1)
+
+
+def _rows(t: torch.Tensor):
+    """``(B, i, j)`` -> a numpy view ``(B i, j)`` (no copy)."""
+    return t.detach().view(-1, t.shape[-1]).numpy()
 
 
 class _CoPEBlocks(torch.autograd.Function):
@@ -204,8 +261,12 @@ class _CoPEBlocks(torch.autograd.Function):
     against the keys it sees, recomputed in the backward pass: memory O(n BLOCK).
 
     Inputs ``(B, i, d)``, ``(B, j, d)``, ``(B, j, e)``, ``(P, d)`` in the working
-    dtype (B = b h, i <= j: query t sees keys 0 .. t + j - i). The backward pass keeps
-    q, k, v, the table, the output and each row's log-sum-exp, and per block:
+    dtype (B = b h, i <= j: query t sees keys 0 .. t + j - i). The keys and values
+    are reversed once, so that every block reads its keys newest first and the
+    positions are a cumulative sum. On a CPU with numba, the elementwise steps of a
+    block are one compiled scan (``_cope_scan``); otherwise torch's operations
+    (``_cope_block``). The backward pass keeps q, the reversed k and v, the table,
+    the output and each row's log-sum-exp, and per block:
 
     dA = dO v^T;  domega = A (dA - D_i), D_i = dO_i . out_i;  dz[floor] += domega
     (1 - w), dz[ceil] += domega w;  dp = domega (z[ceil] - z[floor]);  dg_it =
@@ -217,22 +278,32 @@ class _CoPEBlocks(torch.autograd.Function):
     def forward(ctx, q, k, v, table, scale):
         n_positions = table.shape[0]
         i, j = q.shape[1], k.shape[1]
+        k, v = k.flip(1), v.flip(1)  # (B, j, d), (B, j, e): newest key first
         out = q.new_empty(*q.shape[:2], v.shape[-1])  # (B, i, e)
         lse = q.new_empty(q.shape[:2])  # (B, i)
         future = _future(min(BLOCK, i), q)
         padded = _padded(table)  # (P + 1, d)
+        scan = _scan(q)
         for start in range(0, i, BLOCK):
             stop = min(start + BLOCK, i)
-            seen = stop + j - i  # the block's last query sees keys 0 .. seen - 1
-            omega = _cope_block(
-                q[:, start:stop], k[:, :seen], padded, future, scale, n_positions
-            )[0]  # the rest freed now: memory is one block's
+            old = i - stop  # the block sees the reversed keys old .. j - 1
+            q_blk, k_seen = q[:, start:stop], k[:, old:]
+            mask = future[start - stop :, : stop - start]
+            if scan is None:
+                omega = _cope_block(q_blk, k_seen, padded, mask, scale, n_positions)[0]
+                # the rest freed now: memory is one block's
+            else:
+                omega, g = _gates(q_blk, k_seen, mask, scale)  # (B, i, j) each
+                z, _ = _table_scores(q_blk, padded, j - old, n_positions)
+                s = _rows(omega)
+                scan.scan_forward(s, _rows(g), z.numpy(), _last_row(q, n_positions), s)
+                del g, z
             # out = sum_j exp(omega_ij - m) v_j / sum_j exp(omega_ij - m), m = max_j
             # omega_ij (the division on (i, e), not on the weights (i, j))
             top = omega.amax(-1, keepdim=True)  # (B, i, 1)
             unnormed = omega.sub_(top).exp_()  # (B, i, j)
             total = unnormed.sum(-1, keepdim=True)  # (B, i, 1)
-            torch.bmm(unnormed, v[:, :seen], out=out[:, start:stop]).div_(total)
+            torch.bmm(unnormed, v[:, old:], out=out[:, start:stop]).div_(total)
             # L_i = log sum_j exp(omega_ij) = m + log sum_j exp(omega_ij - m)
             torch.add(top.squeeze(-1), total.log_().squeeze(-1), out=lse[:, start:stop])
             del omega, unnormed  # before the next block is built
@@ -242,9 +313,9 @@ class _CoPEBlocks(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_out):
-        q, k, v, table, out, lse = ctx.saved_tensors
+        q, k, v, table, out, lse = ctx.saved_tensors  # k, v newest first
         scale, n_positions = ctx.scale, table.shape[0]
-        i, j = q.shape[1], k.shape[1]
+        i = q.shape[1]
         d_out = d_out.to(out.dtype)
         # D_i = dO_i . out_i
         dot = (d_out * out).sum(-1)  # (B, i)
@@ -252,47 +323,81 @@ class _CoPEBlocks(torch.autograd.Function):
         d_table = torch.zeros_like(table)
         future = _future(min(BLOCK, i), q)
         padded = _padded(table)  # (P + 1, d)
+        scan = _scan(q)
         for start in range(0, i, BLOCK):
             stop = min(start + BLOCK, i)
-            seen = stop + j - i
-            q_blk, d_blk = q[:, start:stop], d_out[:, start:stop]
-            omega, g, w, floor, z_step, rows = _cope_block(
-                q_blk, k[:, :seen], padded, future, scale, n_positions
-            )
+            old = i - stop
+            q_blk, d_blk, k_seen = q[:, start:stop], d_out[:, start:stop], k[:, old:]
+            mask = future[start - stop :, : stop - start]
+            if scan is None:
+                omega, g, *parts = _cope_block(
+                    q_blk, k_seen, padded, mask, scale, n_positions
+                )  # parts: w, index, z_step, rows
+            else:
+                omega, g = _gates(q_blk, k_seen, mask, scale)  # (B, i, j) each
+                z, rows = _table_scores(q_blk, padded, k_seen.shape[1], n_positions)
+                s = _rows(omega)
+                scan.scan_forward(s, _rows(g), z.numpy(), _last_row(q, n_positions), s)
             # A = exp(omega - L)
             weights = omega.sub_(lse[:, start:stop, None]).exp_()  # (B, i, j)
             # dv = A^T dO
-            dv[:, :seen].baddbmm_(weights.transpose(1, 2), d_blk)
+            dv[:, old:].baddbmm_(weights.transpose(1, 2), d_blk)
             # domega = A (dO v^T - D_i)
-            d_omega = torch.matmul(d_blk, v[:, :seen].transpose(1, 2))  # (B, i, j)
+            d_omega = torch.matmul(d_blk, v[:, old:].transpose(1, 2))  # (B, i, j)
             d_omega.sub_(dot[:, start:stop, None]).mul_(weights)
             del omega, weights
-            # z[ceil] - z[floor]: 0 at an integer p (w = 0), where the reference's
-            # lerp reads one row (the clamp leaves an integer)
-            z_step.mul_(w.sign())  # (B, i, j)
-            # dz[floor] += domega (1 - w), dz[floor + 1] += domega w
-            d_w = w.mul_(d_omega)  # (B, i, j), in w's memory
-            d_z = q.new_zeros(*q_blk.shape[:2], rows).scatter_add_(-1, floor, d_omega)
-            d_ceil = torch.zeros_like(d_z).scatter_add_(-1, floor, d_w)
-            del floor
-            d_z.sub_(d_ceil)
-            d_z[..., 1:] += d_ceil[..., :-1]  # (B, i, rows)
-            del d_ceil
-            # dp = domega (z[ceil] - z[floor]);  dg_it = sum_{j <= t} dp_ij
-            d_g = torch.cumsum(z_step.mul_(d_omega), -1, out=d_w)  # in w's memory
-            # ds = domega + dg g (1 - g)
-            d_s = d_omega.add_(torch.ops.aten.sigmoid_backward(d_g, g))  # (B, i, j)
-            del z_step, d_g, d_w, w, g
+            if scan is None:
+                rows = parts[-1]
+                d_z, d_s = _eager_backward(d_omega, g, parts)
+            else:
+                d_z = torch.zeros_like(z)  # (B i, rows + 1)
+                d_s = torch.empty_like(d_omega)  # (B, i, j)
+                scan.scan_backward(
+                    _rows(g), _rows(d_omega), z.numpy(), _last_row(q, n_positions),
+                    d_z.numpy(), _rows(d_s),
+                )  # fmt: skip
+                d_z = d_z[:, :rows]  # (B i, rows)
+                del z
+            del g, d_omega
             # dq = scale ds k + dz e
-            d_z = d_z.view(-1, rows)  # (B i, rows)
             d_q = torch.mm(d_z, table[:rows]).view(*q_blk.shape)  # (B, i, d)
-            dq[:, start:stop] = d_q.baddbmm_(d_s, k[:, :seen], alpha=scale)
+            dq[:, start:stop] = d_q.baddbmm_(d_s, k_seen, alpha=scale)
             # dk = scale ds^T q;  de = dz^T q
-            dk[:, :seen].baddbmm_(d_s.transpose(1, 2), q_blk, alpha=scale)
+            dk[:, old:].baddbmm_(d_s.transpose(1, 2), q_blk, alpha=scale)
             q_flat = q_blk.reshape(-1, q_blk.shape[-1])  # (B i, d)
             d_table[:rows].addmm_(d_z.T, q_flat)
-            del d_s, d_omega, d_z  # before the next block is built
-        return dq, dk, dv, d_table, None
+            del d_s, d_z  # before the next block is built
+        return dq, dk.flip(1), dv.flip(1), d_table, None
+
+
+def _eager_backward(d_omega, g, parts):
+    """``(dz, ds)``, ``(B i, rows)`` and ``(B, i, j)``: the gradients of a block's
+    table scores and scaled scores from ``domega`` ``(B, i, j)`` (overwritten with
+    ds), in torch's operations. ``parts``: the list ``[w, index, z_step, rows]`` of
+    ``_cope_block``'s outputs (keys newest first), emptied here so that each is freed
+    as soon as it has been used."""
+    w, index, z_step, rows = parts
+    parts.clear()
+    # z[ceil] - z[floor]: 0 at an integer p (w = 0), where the reference's lerp
+    # reads one row (the clamp leaves an integer)
+    z_step.mul_(w.sign())  # (B, i, j)
+    # dz[floor] += domega (1 - w), dz[floor + 1] += domega w
+    d_w = w.mul_(d_omega)  # (B, i, j), in w's memory
+    index = index.view(-1).long()  # (B i j,), into (B i, rows + 1) flattened
+    d_z = d_omega.new_zeros(d_omega.shape[0] * d_omega.shape[1] * (rows + 1))
+    d_z.scatter_add_(0, index, d_omega.view(-1))
+    d_ceil = torch.zeros_like(d_z).scatter_add_(0, index, d_w.view(-1))
+    del index
+    d_z, d_ceil = d_z.view(-1, rows + 1), d_ceil.view(-1, rows + 1)
+    d_z.sub_(d_ceil)
+    d_z[:, 1:] += d_ceil[:, :-1]  # (B i, rows + 1)
+    del d_ceil
+    # dp = domega (z[ceil] - z[floor]);  dg_it = sum_{j <= t} dp_ij: over the older
+    # keys, a cumulative sum backwards
+    d_g = z_step.mul_(d_omega).flip(-1).cumsum_(-1).flip(-1)  # (B, i, j)
+    # ds = domega + dg g (1 - g)
+    d_s = d_omega.add_(torch.ops.aten.sigmoid_backward(d_g, g))  # (B, i, j)
+    return d_z[:, :rows], d_s
 
 
 class CoPE(PositionalEncoding):
