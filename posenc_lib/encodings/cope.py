@@ -45,8 +45,9 @@ from ..utils import check_finite, check_positive_int
 __all__ = ["CoPE", "cope_positions", "cope_bias"]
 
 # queries per block of ``CoPE.causal_attention``. Measured on a CPU (one thread, h = 4,
-# d = 32, n = 1024, fwd + bwd): 48 to 64 fastest, 16 and 128 about 20% slower; the
-# peak grows with it: 4.7, 6.7, 10.7 MiB at 16, 32, 64 (one (h, n, n) float32: 16)
+# d = 32, n = 1024, fwd + bwd, the compiled scan; best of 15): 48 to 96 within 4%, 32
+# and 128 slower; the peak grows with it: 6.3, 9.4, 15.5 MiB at 32, 64, 128 (one (h,
+# n, n) float32: 16)
 BLOCK = 64
 # the CPU's blocks run their elementwise steps in numba's compiled scan when numba
 # is installed (``_cope_scan``); False: torch's operations everywhere
@@ -177,7 +178,7 @@ def _cope_block(q_blk, k_seen, padded, future, scale, n_positions):
     every key), ``k_seen`` ``(B, j, d)`` in reverse token order (column c is the
     c-th newest key the block sees), ``padded`` ``(n_positions + 1, d)`` (the table
     and a row of zeros), all in the working dtype; ``future`` as in ``_gates``.
-    Returns ``(omega, g, w, floor, z_step, rows)``, each ``(B, i, j)`` with the keys
+    Returns ``(omega, g, w, index, z_step, rows)``, each ``(B, i, j)`` with the keys
     newest first: the scores with CoPE's term (-inf on the future), the gates, the
     lerp weights ``w = p - floor p``, the flat index of ``floor p`` in ``(B i, rows
     + 1)`` (``_flat_index``), ``z[floor + 1] - z[floor]`` (the reference's
