@@ -30,6 +30,26 @@ def test_the_cpu_path_is_the_compiled_scan_when_numba_is_installed(scan):
     assert cope._scan(like.to("meta")) is None
 
 
+def test_a_scan_numba_cannot_compile_is_said_and_torch_does_the_work(scan, monkeypatch):
+    """An older numba that fails on the scan: a warning naming it, and the blocks in
+    torch's operations (the same numbers as the reference)."""
+    if scan == "torch":
+        pytest.skip("the compiled scan is switched off in this run")
+    from posenc_lib.encodings import _cope_scan
+
+    def broken(dtype):
+        raise RuntimeError("cannot type this")
+
+    monkeypatch.setattr(_cope_scan, "warm", broken)
+    monkeypatch.setattr(cope, "_COMPILED", {})
+    pe = layer(8, 6)
+    q, k, v = qkv(1, 2, 7, 7, 8, 8)
+    with pytest.warns(RuntimeWarning, match="compiled scan failed.*cannot type"):
+        fast = pl.attention(q, k, v, pe, causal=True, path="fast")
+    assert cope._COMPILED == {torch.float64: None}
+    assert_close(fast, pl.attention(q, k, v, pe, causal=True, path="slow"))
+
+
 def layer(d_head, n_positions, dtype=torch.float64, seed=0):
     """A CoPE with a random table (it starts at zeros, which hides the term)."""
     pe = pl.CoPE(d_head, n_positions).to(dtype)

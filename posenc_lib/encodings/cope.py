@@ -35,6 +35,8 @@ two differ only in the scale of the learned table (e versus e / sqrt(d)).
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import nn
 
@@ -237,14 +239,30 @@ def _future(size: int, like: torch.Tensor) -> torch.Tensor:
 
 def _scan(like: torch.Tensor):
     """The compiled position scan (``_cope_scan``) for a block like ``like``, or
-    None: off the CPU, with ``COMPILED_SCAN`` off, or without numba."""
+    None: off the CPU, with ``COMPILED_SCAN`` off, without numba, or where numba
+    failed to compile it (said once, in a warning)."""
     if not COMPILED_SCAN or like.device.type != "cpu":
         return None
-    try:
-        from . import _cope_scan
-    except ImportError:  # numba is optional: torch's operations do the same
-        return None
-    return _cope_scan
+    if like.dtype not in _COMPILED:
+        try:
+            from . import _cope_scan
+
+            _cope_scan.warm(like.new_empty(()).numpy().dtype)  # compile, or load
+            _COMPILED[like.dtype] = _cope_scan
+        except ImportError:  # numba is optional: torch's operations do the same
+            _COMPILED[like.dtype] = None
+        except Exception as error:  # an older numba, say: not silently
+            warnings.warn(
+                f"CoPE's compiled scan failed for {like.dtype} ({error!r}); its "
+                "blocks use torch's operations instead",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            _COMPILED[like.dtype] = None
+    return _COMPILED[like.dtype]
+
+
+_COMPILED: dict = {}  # dtype -> the compiled scan, or None
 
 
 def _last_row(like: torch.Tensor, n_positions: int):

@@ -47,6 +47,8 @@ import sys
 import time
 import warnings
 
+from tools.measure import version
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MMAP_VAR = "MALLOC_MMAP_THRESHOLD_"
 B, H, D = 1, 4, 32
@@ -297,13 +299,14 @@ def main(argv=None) -> int:
         cpus=os.cpu_count(),
         threads=torch.get_num_threads(),
         torch=torch.__version__,
+        numba=version("numba"),  # CoPE's blocks compiled on a CPU
         shape=dict(b=B, h=H, d=D),
         reference="F.scaled_dot_product_attention(q, k, v, is_causal=True)",
         seconds=round(time.perf_counter() - started),
     )
     if old is not None:  # the run's own meta stays; the merged-in run is recorded
         added = dict(encodings=names, when=time.ctime(), torch=meta["torch"],
-                     seconds=meta["seconds"])  # fmt: skip
+                     numba=meta["numba"], seconds=meta["seconds"])  # fmt: skip
         meta = {**old["meta"], "merged": [*old["meta"].get("merged", []), added]}
     out.with_suffix(".json").write_text(
         json.dumps(dict(meta=meta, rows=rows), indent=1, default=str) + "\n"

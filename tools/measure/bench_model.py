@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import posenc_lib as pl
+from tools.measure import version
 
 ENCODINGS = [
     "nope", "rope", "alibi", "t5", "xpos", "fox", "sink", "stick_breaking", "cope",
@@ -231,7 +232,8 @@ def table(meta: dict, rows: list[dict]) -> str:
         f"`TinyTransformer({cfg['vocab']}, {cfg['d_model']}, {cfg['n_heads']}, "
         f"{cfg['n_layers']})` on tokens ({cfg['batch']}, {cfg['n']}), {cfg['dtype']}, "
         f"{meta['device_name']}, {meta['threads']} thread(s), torch {meta['torch']}, "
-        f"{meta['date']}; medians of {meta['repeats']} interleaved rounds. "
+        + (f"numba {meta['numba']}, " if meta.get("numba") else "")
+        + f"{meta['date']}; medians of {meta['repeats']} interleaved rounds. "
         "x sdpa / x nope: time or peak over the baseline's / the NoPE model's."
     )
     cols = [
@@ -328,6 +330,7 @@ def main(argv=None) -> int:
             cpus=os.cpu_count(),
             threads=torch.get_num_threads() if device.type == "cpu" else None,
             torch=torch.__version__,
+            numba=version("numba"),  # CoPE's blocks compiled on a CPU
             python=platform.python_version(),
             date=datetime.datetime.now(datetime.timezone.utc).strftime(
                 "%Y-%m-%d %H:%M UTC"
