@@ -247,7 +247,7 @@ def _scan(like: torch.Tensor):
         try:
             from . import _cope_scan
 
-            _cope_scan.warm(like.new_empty(()).numpy().dtype)  # compile, or load
+            _cope_scan.warm(_numpy_dtype(like))  # compile, or load
             _COMPILED[like.dtype] = _cope_scan
         except ImportError:  # numba is optional: torch's operations do the same
             _COMPILED[like.dtype] = None
@@ -265,9 +265,14 @@ def _scan(like: torch.Tensor):
 _COMPILED: dict = {}  # dtype -> the compiled scan, or None
 
 
+def _numpy_dtype(like: torch.Tensor):
+    """numpy's dtype for ``like``'s (a CPU tensor)."""
+    return like.new_empty(()).numpy().dtype
+
+
 def _last_row(like: torch.Tensor, n_positions: int):
     """``P - 1`` as a numpy scalar of ``like``'s dtype (the scan's clamp)."""
-    return like.new_empty(()).numpy().dtype.type(n_positions - 1)
+    return _numpy_dtype(like).type(n_positions - 1)
 
 
 def _rows(t: torch.Tensor):
@@ -295,8 +300,7 @@ class _CoPEBlocks(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, table, scale):
-        n_positions = table.shape[0]
-        i, j = q.shape[1], k.shape[1]
+        n_positions, i = table.shape[0], q.shape[1]
         k, v = k.flip(1), v.flip(1)  # (B, j, d), (B, j, e): newest key first
         out = q.new_empty(*q.shape[:2], v.shape[-1])  # (B, i, e)
         lse = q.new_empty(q.shape[:2])  # (B, i)
@@ -306,17 +310,10 @@ class _CoPEBlocks(torch.autograd.Function):
         for start in range(0, i, BLOCK):
             stop = min(start + BLOCK, i)
             old = i - stop  # the block sees the reversed keys old .. j - 1
-            q_blk, k_seen = q[:, start:stop], k[:, old:]
             mask = future[start - stop :, : stop - start]
-            if scan is None:
-                omega = _cope_block(q_blk, k_seen, padded, mask, scale, n_positions)[0]
-                # the rest freed now: memory is one block's
-            else:
-                omega, g = _gates(q_blk, k_seen, mask, scale)  # (B, i, j) each
-                z, _ = _table_scores(q_blk, padded, j - old, n_positions)
-                s = _rows(omega)
-                scan.scan_forward(s, _rows(g), z.numpy(), _last_row(q, n_positions), s)
-                del g, z
+            omega = _block(
+                scan, q[:, start:stop], k[:, old:], padded, mask, scale, n_positions
+            )[0]  # the rest freed now: memory is one block's
             # out = sum_j exp(omega_ij - m) v_j / sum_j exp(omega_ij - m), m = max_j
             # omega_ij (the division on (i, e), not on the weights (i, j))
             top = omega.amax(-1, keepdim=True)  # (B, i, 1)
@@ -348,15 +345,9 @@ class _CoPEBlocks(torch.autograd.Function):
             old = i - stop
             q_blk, d_blk, k_seen = q[:, start:stop], d_out[:, start:stop], k[:, old:]
             mask = future[start - stop :, : stop - start]
-            if scan is None:
-                omega, g, *parts = _cope_block(
-                    q_blk, k_seen, padded, mask, scale, n_positions
-                )  # parts: w, index, z_step, rows
-            else:
-                omega, g = _gates(q_blk, k_seen, mask, scale)  # (B, i, j) each
-                z, rows = _table_scores(q_blk, padded, k_seen.shape[1], n_positions)
-                s = _rows(omega)
-                scan.scan_forward(s, _rows(g), z.numpy(), _last_row(q, n_positions), s)
+            omega, g, *parts = _block(
+                scan, q_blk, k_seen, padded, mask, scale, n_positions
+            )  # parts: w, index, z_step, rows (torch's operations) or z, rows (scan)
             # A = exp(omega - L)
             weights = omega.sub_(lse[:, start:stop, None]).exp_()  # (B, i, j)
             # dv = A^T dO
@@ -365,14 +356,15 @@ class _CoPEBlocks(torch.autograd.Function):
             d_omega = torch.matmul(d_blk, v[:, old:].transpose(1, 2))  # (B, i, j)
             d_omega.sub_(dot[:, start:stop, None]).mul_(weights)
             del omega, weights
+            rows = parts[-1]
             if scan is None:
-                rows = parts[-1]
                 d_z, d_s = _eager_backward(d_omega, g, parts)
             else:
+                z = parts.pop(0)  # (B i, rows + 1)
                 d_z = torch.zeros_like(z)  # (B i, rows + 1)
                 d_s = torch.empty_like(d_omega)  # (B, i, j)
                 scan.scan_backward(
-                    _rows(g), _rows(d_omega), z.numpy(), _last_row(q, n_positions),
+                    _rows(g), _rows(d_omega), z.numpy(), _last_row(z, n_positions),
                     d_z.numpy(), _rows(d_s),
                 )  # fmt: skip
                 d_z = d_z[:, :rows]  # (B i, rows)
@@ -387,6 +379,20 @@ class _CoPEBlocks(torch.autograd.Function):
             d_table[:rows].addmm_(d_z.T, q_flat)
             del d_s, d_z  # before the next block is built
         return dq, dk.flip(1), dv.flip(1), d_table, None
+
+
+def _block(scan, q_blk, k_seen, padded, mask, scale, n_positions):
+    """A block's forward maths, ``(omega, g, ...)``: ``_cope_block`` in torch's
+    operations (``scan`` None), or the scores and gates in torch and the rest in the
+    compiled scan, which returns ``(omega, g, z, rows)`` (``z`` as in
+    ``_table_scores``, kept for the backward scan)."""
+    if scan is None:
+        return _cope_block(q_blk, k_seen, padded, mask, scale, n_positions)
+    omega, g = _gates(q_blk, k_seen, mask, scale)  # (B, i, j) each
+    z, rows = _table_scores(q_blk, padded, k_seen.shape[1], n_positions)
+    s = _rows(omega)  # omega is written over s
+    scan.scan_forward(s, _rows(g), z.numpy(), _last_row(z, n_positions), s)
+    return omega, g, z, rows
 
 
 def _eager_backward(d_omega, g, parts):
