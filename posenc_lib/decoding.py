@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from .attention import attention
+from .base import HOOKS, overrides
 from .encodings.rope import DynamicRotary, Rotary, apply_rope
 
 __all__ = [
@@ -82,8 +83,9 @@ def rope_attention_step(attn, x, pos, allowed, past=None):
     pe, h = attn.pe, attn.n_heads
     q, k, v = (_split(w(x), h) for w in (attn.w_q, attn.w_k, attn.w_v))
     rope = (pe.inv_freq, pe.layout, pe.attention_factor)
+    r = pe.rotary_dim  # partial rotary: the first r coordinates (None: all)
     # each new query and key is rotated once, at its own position
-    q, k = apply_rope(q, pos, *rope), apply_rope(k, pos, *rope)
+    q, k = (apply_rope(t, pos, *rope, rotary_dim=r) for t in (q, k))
     if past is not None:  # the cached keys were rotated when they were new
         k, v = torch.cat((past[0], k), dim=2), torch.cat((past[1], v), dim=2)
     out = attention(q, k, v, mask=allowed)  # (b, h, t, d); q, k already rotated
@@ -91,23 +93,41 @@ def rope_attention_step(attn, x, pos, allowed, past=None):
     return attn.w_o(out.transpose(1, 2).reshape(b, t, D)), (k, v)
 
 
-def forward_with_cache(
-    model, tokens, pos, attention_mask, cache=None, step=rope_attention_step
-):
+def _check_rope_blocks(model, step) -> None:
+    """Every block rotates with fixed frequencies, and, for the default step, does
+    nothing else: ``rope_attention_step`` would skip any other hook in silence."""
+    for layer, block in enumerate(model.blocks):
+        pe = block.attn.pe
+        if not isinstance(pe, Rotary) or isinstance(pe, DynamicRotary):
+            raise ValueError(
+                f"blocks[{layer}] has {type(pe).__name__}: forward_with_cache needs "
+                "a TinyTransformer whose every block's pe is a Rotary with fixed "
+                "frequencies (DynamicRotary's change with the length, which "
+                "invalidates rotated cached keys)"
+            )
+        extra = [h for h in HOOKS if h != "transform_qk" and overrides(pe, h)]
+        if extra and step is None:
+            raise ValueError(
+                f"blocks[{layer}]'s {type(pe).__name__} overrides {extra} (a mask or "
+                "bias beyond the rotation, e.g. chunks or a sliding window), which "
+                "rope_attention_step does not apply: its cached keys would all be "
+                "attended to. Decode with model.new_cache(), or pass a step= that "
+                "applies it"
+            )
+
+
+def forward_with_cache(model, tokens, pos, attention_mask, cache=None, step=None):
     """Logits ``(b, t, V)`` of the new ``tokens`` ``(b, t)`` at positions ``pos``
     ``(b, t)``, and the new cache (a list of (k, v), one per layer).
 
     ``attention_mask`` ``(b, j)`` covers the cached tokens and the new ones (1 = real,
     0 = pad); ``cache`` is what the previous call returned (None for the prompt).
-    ``step`` computes one attention layer (``rope_attention_step``; the chapter
-    passes broken ones to show what they break).
+    ``step`` computes one attention layer (None: ``rope_attention_step``, which
+    applies the rotation only, so an encoding that also masks or biases the scores
+    is refused; the chapter passes broken steps to show what they break).
     """
-    if not isinstance(model.pe, Rotary) or isinstance(model.pe, DynamicRotary):
-        raise ValueError(
-            "forward_with_cache needs a TinyTransformer whose pe is a Rotary with "
-            "fixed frequencies (DynamicRotary's change with the length, which "
-            f"invalidates rotated cached keys), got {type(model.pe).__name__}"
-        )
+    _check_rope_blocks(model, step)
+    step = rope_attention_step if step is None else step
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
         raise ValueError(f"tokens must be (b, t), got {tuple(tokens.shape)}")
     b, t = tokens.shape

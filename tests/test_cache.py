@@ -191,3 +191,35 @@ def test_a_refused_cached_call_leaves_the_cache_as_it_was():
     with pytest.raises(ValueError, match="heads"):
         wrong_heads(x[:, :2], causal=True, cache=cache)
     assert len(cache) == 0
+
+
+class _SlidingRotary(pl.Rotary):
+    """RoPE in a window of ``keys`` keys: a query at p sees keys p - keys + 1 .. p."""
+
+    reuse = frozenset({"score_bias"})
+
+    def __init__(self, d_head, keys):
+        super().__init__(d_head)
+        self.keys = keys
+
+    def score_bias(self, q, k, q_pos, k_pos):
+        near = q_pos[:, None, :, None] - k_pos[:, None, None, :] < self.keys
+        zero = torch.zeros((), dtype=q.dtype, device=q.device)
+        return zero.masked_fill(~near, float("-inf"))
+
+
+def test_a_sliding_window_holds_token_by_token_past_the_window():
+    """A decoding step's keys are the cached ones and the new ones, at their
+    positions, so a window written as a score_bias of the positions also masks the
+    cached keys beyond it (nanochat#452: a step that forgot the window)."""
+    torch.manual_seed(0)
+    hybrid = [_SlidingRotary(8, keys=3), pl.Rotary(8)]
+    model = pl.TinyTransformer(11, 16, 2, 2, pe=hybrid).double().eval()
+    tokens = torch.randint(0, 11, (2, 9))
+    full = model(tokens)
+    cache = model.new_cache()
+    steps = [model(tokens[:, i : i + 1], cache=cache) for i in range(9)]
+    assert_close(torch.cat(steps, 1), full)
+    wide = pl.TinyTransformer(11, 16, 2, 2, pe=[pl.Rotary(8), pl.Rotary(8)]).double()
+    wide.load_state_dict(model.state_dict())
+    assert (wide(tokens) - full)[:, 3:].abs().amax() > 1e-3  # the window matters

@@ -202,6 +202,48 @@ def test_decoding_helpers_refuse_bad_input():
         pl.forward_with_cache(model, tok, torch.zeros(1, 2), torch.ones(1, 3))
 
 
+def test_decoding_with_partial_rotary_matches_the_full_forward():
+    """A Rotary that rotates the first r coordinates (rotary_dim) decodes as its full
+    forward pass does (the step once rotated all d and refused the r/2 frequencies)."""
+    torch.manual_seed(2)
+    model = pl.TinyTransformer(7, 16, 2, 2, pe=pl.Rotary(8, rotary_dim=4)).double()
+    tokens, n = torch.randint(0, 7, (2, 6)), 6
+    mask, pos = torch.ones(2, n, dtype=torch.long), torch.arange(n).expand(2, n)
+    full = model(tokens)
+    logits, cache = pl.forward_with_cache(model, tokens[:, :3], pos[:, :3], mask[:, :3])
+    steps = [logits]
+    for i in range(3, n):
+        logits, cache = pl.forward_with_cache(
+            model, tokens[:, i : i + 1], pos[:, i : i + 1], mask[:, : i + 1], cache
+        )
+        steps.append(logits)
+    assert_close(torch.cat(steps, 1), full)
+
+
+def test_decoding_refuses_an_encoding_whose_mask_its_step_would_ignore():
+    """``rope_attention_step`` applies the rotation and nothing else: a Rotary that
+    also masks keys (chunks, a sliding window) decoded with it attended to every
+    cached key and gave wrong logits without a word (nanochat#452's bug). The default
+    step refuses such a model, in any block; a step passed by name is the caller's."""
+    tok = torch.zeros(1, 2, dtype=torch.long)
+    pos, mask = torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 2)
+    chunked = pl.TinyTransformer(5, 16, 2, 1, pe=pl.ChunkedRotary(8, chunk_size=4))
+    with pytest.raises(ValueError, match="score_bias.*step"):
+        pl.forward_with_cache(chunked, tok, pos, mask)
+    second = pl.TinyTransformer(
+        5, 16, 2, 2, pe=[pl.Rotary(8), pl.ChunkedRotary(8, chunk_size=4)]
+    )
+    with pytest.raises(ValueError, match=r"blocks\[1\].*score_bias"):
+        pl.forward_with_cache(second, tok, pos, mask)
+    nope = pl.TinyTransformer(5, 16, 2, 2, pe=[pl.Rotary(8), pl.NoPE()])
+    with pytest.raises(ValueError, match=r"blocks\[1\].*Rotary"):
+        pl.forward_with_cache(nope, tok, pos, mask)
+    logits, _ = pl.forward_with_cache(
+        chunked, tok, pos, mask, step=pl.rope_attention_step
+    )
+    assert logits.shape == (1, 2, 5)
+
+
 @pytest.mark.parametrize("shape, n_heads", [((6, 4), 3), ((8, 4), 2), ((6,), 3)])
 def test_the_permutations_return_a_new_tensor(shape, n_heads):
     """Both return a new tensor, as documented: with d_head = 2 the permutation is

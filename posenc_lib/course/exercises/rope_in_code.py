@@ -228,3 +228,123 @@ def _inverse(W, n_heads, r):
 plant("ex-rope-in-code-partial", _whole_head, says="pass through unrotated")
 plant("ex-rope-in-code-partial", _inverse, says="scores in the half layout differ")
 plant("ex-rope-in-code-partial", lambda W, h, r: W.reshape(h, r), says="raised")
+
+# --------------------------------------------------- ex-rope-in-code-one-layout
+
+ONE_LAYOUT_STUB = '''\
+def to_one_layout(state, layouts, n_heads, target="half"):
+    """A state dict for a model rotating every block with `target`, from one whose
+    block l rotates with layouts[l] ("half" or "interleaved")."""
+    ...  # your code
+'''
+
+_FROM = {"interleaved": pl.interleaved_to_half, "half": pl.half_to_interleaved}
+_BACK = {"interleaved": pl.half_to_interleaved, "half": pl.interleaved_to_half}
+
+
+def _layout_model(layouts, n_heads, seed):
+    """A float64 TinyTransformer whose block l rotates with layouts[l]."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        pes = [pl.Rotary(16 // n_heads, layout=layout) for layout in layouts]
+        model = pl.TinyTransformer(11, 16, n_heads, len(layouts), pe=pes)
+    return model.double().eval()
+
+
+@exercise("ex-rope-in-code-one-layout", chapter=CHAPTER, stub=ONE_LAYOUT_STUB)
+def _(answer):
+    cases = (
+        (["interleaved", "half"], 2, "half"),
+        (["half", "interleaved", "half"], 2, "interleaved"),
+    )
+    for seed, (layouts, h, target) in enumerate(cases):
+        desc = f"layouts {layouts}, target {target!r}, {h} heads of d = {16 // h}"
+        model = _layout_model(layouts, h, seed)
+        state = model.state_dict()
+        out = call(answer, state, list(layouts), h, target, desc=desc)
+        expect(
+            isinstance(out, dict) and set(out) == set(state),
+            f"on {desc}, return a state dict with the same names as the one given",
+        )
+        for name, W in state.items():
+            got = torch.as_tensor(out[name]).double()
+            expect(
+                tuple(got.shape) == tuple(W.shape),
+                f"on {desc}, {name} has shape {tuple(got.shape)}, expected "
+                f"{tuple(W.shape)}",
+            )
+            layer = int(name.split(".")[1]) if name.startswith("blocks.") else None
+            qk = name.endswith(("w_q.weight", "w_k.weight"))
+            if layer is None or not qk or layouts[layer] == target:
+                if not torch.equal(got, W):
+                    why = (
+                        f"block {layer} already rotates with {target!r}"
+                        if qk
+                        else "only W_q and W_k meet the rotation"
+                    )
+                    raise Wrong(f"on {desc}, {name} changed: {why}")
+                continue
+            if torch.equal(got, W):
+                raise Wrong(
+                    f"on {desc}, {name} is unchanged, but block {layer} was trained "
+                    f"{layouts[layer]!r}"
+                )
+            if torch.equal(got, _BACK[layouts[layer]](W, h)):
+                raise Wrong(
+                    f"on {desc}, {name} is permuted the wrong way round: from "
+                    f"{target!r} to {layouts[layer]!r}"
+                )
+            expect_close(got, _FROM[layouts[layer]](W, h), desc=desc, what=name)
+        port = _layout_model([target] * len(layouts), h, seed)
+        port.load_state_dict(out)
+        tokens = torch.randint(0, 11, (2, 9), generator=_gen(seed))
+        with torch.no_grad():
+            expect_close(
+                port(tokens),
+                model(tokens),
+                desc=desc,
+                what="the logits of the one-layout model",
+                atol=1e-9,
+            )
+    return (
+        "with your state dict a model rotating every block with the target layout "
+        "gives the trained model's logits, for two blocks (interleaved, half) to half "
+        "and three (half, interleaved, half) to interleaved."
+    )
+
+
+def _every_block(state, layouts, n_heads, target="half"):
+    out = dict(state)
+    for layer in range(len(layouts)):
+        for w in ("w_q", "w_k"):
+            name = f"blocks.{layer}.attn.{w}.weight"
+            out[name] = pl.interleaved_to_half(state[name], n_heads)
+    return out
+
+
+def _converted(state, layouts, n_heads, target, table, weights=("w_q", "w_k")):
+    out = dict(state)
+    for layer, layout in enumerate(layouts):
+        if layout != target:
+            for w in weights:
+                name = f"blocks.{layer}.attn.{w}.weight"
+                out[name] = table[layout](state[name], n_heads)
+    return out
+
+
+plant(
+    "ex-rope-in-code-one-layout",
+    lambda s, lay, h, target="half": _converted(s, lay, h, target, _BACK),
+    says="the wrong way round",
+)
+plant(
+    "ex-rope-in-code-one-layout",
+    lambda s, lay, h, target="half": _converted(s, lay, h, target, _FROM, ("w_q",)),
+    says="w_k.weight is unchanged",
+)
+plant("ex-rope-in-code-one-layout", _every_block, says="already rotates")
+plant(
+    "ex-rope-in-code-one-layout",
+    lambda s, lay, h, target="half": list(s.values()),
+    says="return a state dict",
+)
