@@ -485,3 +485,13 @@ def test_temperature_and_bias_functions_refuse_bad_input():
         md.learned_log_scale(torch.tensor([1]), torch.ones(2), torch.ones(3))
     with pytest.raises(ValueError, match="d_rel"):
         md.content_relative_bias(torch.ones(4, 2, 3), torch.ones(5, 6))
+
+
+def test_fope_row_keeps_the_frequencies_its_note_says():
+    """Intern-S1-Pro's row: base and head from its config.json; the count of kept
+    frequencies in its note is fope_inv_freq's (checked against the remote code in
+    tests/test_frontier.py)."""
+    row = next(m for m in DEPLOYED_MODELS if m.name == "Intern-S1-Pro (FoPE)")
+    spec = row.specs[0]
+    kept = pl.frontier.fope_inv_freq(spec.d_head, spec.base, 262144)
+    assert f"({len(kept)} of {spec.d_head // 2})" in row.note
