@@ -1,6 +1,8 @@
-"""posenc_lib.frontier: the transcription of which layers of today's models compute a
-positional encoding (checked against transformers' source), and the future chapter's
-toy mechanisms (SSMax, Dual Chunk Attention's offsets, a decaying recurrence)."""
+"""posenc_lib.frontier: the transcription of which layers of the models of 2022-2026
+compute a positional encoding (checked against transformers' source), the layer lists
+of Llama 4 and SmolLM3 (against their configuration classes), and the future chapter's
+toy mechanisms (SSMax, Dual Chunk Attention's offsets, also as vLLM serves them,
+Intern-S1-Pro's FoPE, a decaying recurrence)."""
 
 import importlib.util
 import json
@@ -10,12 +12,18 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+import posenc_lib as pl
+
 from posenc_lib.frontier import (
     CONFIG_DEFAULTS,
     MODEL_POSITION,
     QUOTED_LINES,
     dca_offsets,
     decay_recurrence,
+    fope_cos_sin,
+    fope_inv_freq,
+    llama4_layers,
+    smollm3_layers,
     ssmax_weights,
 )
 
@@ -39,7 +47,11 @@ def _as_found(row):
     calls = [
         dict(
             name=name,
-            guards=[] if guard is None else [guard],
+            guards=[]
+            if guard is None
+            else [guard]
+            if isinstance(guard, str)
+            else [*guard],
             per_layer=row["per_layer"] and guard is not None,
         )
         for name, guard in row["calls"]
@@ -49,6 +61,15 @@ def _as_found(row):
         defines_apply_rotary=row["defines_rope"],
         sigmoid_gate=row["sigmoid_gate"],
     )
+
+
+GOLDEN_2026 = json.loads((GOLDEN / "models_2026_hf.json").read_text())
+
+
+def test_every_row_has_an_era():
+    assert {r["era"] for r in MODEL_POSITION.values()} == {"2022-25", "2026"}
+    years = [m for m, r in MODEL_POSITION.items() if r["era"] == "2022-25"]
+    assert all("(20" in m for m in years)  # the history rows carry their years
 
 
 def test_transcription_matches_golden():
@@ -214,3 +235,140 @@ def test_decay_recurrence_bad_input():
         decay_recurrence(q, q, q, torch.ones(1, 1, 3))
     with pytest.raises(ValueError, match="q and k"):
         decay_recurrence(q, q[..., :1], q, torch.zeros(1, 1, 3))
+
+
+# ---------------------------------------------------------------- 2026 rows
+
+
+def test_2026_rows_agree_with_the_models_run():
+    """Where the transcription says a 2026 model calls no rotary function, or calls it
+    in some layers only, a small model of the same class agrees
+    (tests/golden/models_2026_hf.json records which layers called one)."""
+    runs = GOLDEN_2026["models"]
+    for model, row in MODEL_POSITION.items():
+        if row["era"] != "2026" or model not in runs:
+            continue
+        rotates = runs[model]["layers"]["rotates"]
+        seen = runs[model]["layers"]["keys_seen"]
+        attention = [i for i, s in enumerate(seen) if s is not None]
+        rotating = [i for i in attention if rotates[i]]
+        if not row["calls"]:
+            assert not rotating, model
+        elif row["per_layer"]:
+            assert 0 < len(rotating) < len(attention), model
+        assert runs[model]["gate"] == row["sigmoid_gate"], model
+
+
+# ---------------------------------------------------------------- layer lists
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_llama4_layers_match_the_configuration_class(case):
+    golden = json.loads((GOLDEN / "frontier_transformers.json").read_text())
+    want = golden["layer_lists"]["llama4"][case]
+    got = llama4_layers(*want["args"])
+    assert list(got[0]) == want["no_rope_layers"]
+    assert list(got[1]) == want["layer_types"]
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_smollm3_layers_match_the_configuration_class(case):
+    golden = json.loads((GOLDEN / "frontier_transformers.json").read_text())
+    want = golden["layer_lists"]["smollm3"][case]
+    got = smollm3_layers(*want["args"])
+    assert list(got[0]) == want["no_rope_layers"]
+    assert list(got[1]) == want["layer_types"]
+
+
+def test_the_layer_list_cases_include_no_chunks_and_a_window():
+    golden = json.loads((GOLDEN / "frontier_transformers.json").read_text())
+    assert any(c["args"][2] is None for c in golden["layer_lists"]["llama4"])
+    assert any(c["args"][2] and c["args"][3] for c in golden["layer_lists"]["smollm3"])
+
+
+# ---------------------------------------------------------------- DCA as vLLM serves it
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_2026["dual_chunk"]["cases"]))
+def test_dca_offsets_match_vllm_dual_chunk_rotary_embedding(case):
+    """vLLM's caches give the positions it rotates by (the golden script reads them
+    back from DualChunkRotaryEmbedding._compute_cos_sin_cache); forward_native picks
+    q[p % s] (own chunk), qc[p % s] (the previous one), qc[s - 1] (earlier ones) and
+    k[p]; the offsets equal dca_offsets with vLLM's chunk and local sizes."""
+    c = GOLDEN_2026["dual_chunk"]["cases"][case]
+    pos = c["positions"]
+    chunk, local = c["chunk_size"], c["local_size"]
+    s = chunk - local
+    n = 3 * chunk
+    q, qc, k = (torch.tensor(pos[name]) for name in ("q", "qc", "k"))
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    ci, cj = i // s, j // s
+    q_pos = torch.where(
+        ci == cj, q[i % s], torch.where(ci == cj + 1, qc[i % s], qc[s - 1])
+    )
+    want = torch.where(j <= i, q_pos - k[j], torch.full((n, n), -1))
+    got = dca_offsets(n, pretrain_len=chunk, local_window=local, chunk_size=chunk)
+    assert torch.equal(got, want)
+
+
+def test_dca_chunk_size_bad_input():
+    with pytest.raises(ValueError, match="chunk_size"):
+        dca_offsets(10, 16, chunk_size=20)
+    with pytest.raises(ValueError, match="local_window"):
+        dca_offsets(10, 16, local_window=8, chunk_size=8)
+
+
+# ---------------------------------------------------------------- FoPE as shipped
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_2026["fope"]["cases"]))
+def test_fope_matches_intern_s1_pro_remote_code(case):
+    c = GOLDEN_2026["fope"]["cases"][case]
+    inv = fope_inv_freq(c["head_dim"], c["rope_theta"], c["max_position_embeddings"])
+    assert_close(
+        inv, torch.tensor(c["inv_freq"], dtype=torch.float64), rtol=1e-6, atol=0
+    )
+    pos = torch.tensor(c["positions"])
+    cos_coef = torch.tensor(c["cos_coef"], dtype=torch.float64)
+    sin_coef = torch.tensor(c["sin_coef"], dtype=torch.float64)
+    cos, sin = fope_cos_sin(pos, inv, cos_coef, sin_coef, c["head_dim"])
+    assert_close(cos, torch.tensor(c["cos"], dtype=torch.float64), rtol=1e-4, atol=1e-4)
+    assert_close(sin, torch.tensor(c["sin"], dtype=torch.float64), rtol=1e-4, atol=1e-4)
+    # applied as the remote code applies it: each key head's cos and sin, repeated
+    # over the query heads of its group, in the half layout
+    q = torch.tensor(c["q"], dtype=torch.float64)  # (h, n, d)
+    k = torch.tensor(c["k"], dtype=torch.float64)  # (h_kv, n, d)
+    group = q.shape[0] // k.shape[0]
+
+    def rotate_half(x):
+        return torch.cat((-x[..., x.shape[-1] // 2 :], x[..., : x.shape[-1] // 2]), -1)
+
+    rep = (cos.repeat_interleave(group, 0), sin.repeat_interleave(group, 0))
+    q_out = q * rep[0] + rotate_half(q) * rep[1]
+    k_out = k * cos + rotate_half(k) * sin
+    assert_close(
+        q_out, torch.tensor(c["q_out"], dtype=torch.float64), rtol=1e-4, atol=1e-4
+    )
+    assert_close(
+        k_out, torch.tensor(c["k_out"], dtype=torch.float64), rtol=1e-4, atol=1e-4
+    )
+
+
+def test_fope_keeps_the_frequencies_that_turn_within_the_window():
+    inv = fope_inv_freq(128, 5000000.0, 262144)
+    assert (2 * torch.pi / inv < 262144).all()
+    full = pl.rope_inv_freq(128, 5000000.0)[0]
+    assert_close(inv, full[: len(inv)])
+    assert (2 * torch.pi / full[len(inv) :] >= 262144).all()
+    assert len(fope_inv_freq(128, 5000000.0, 262144, num_inv_freq=10)) == 10
+
+
+def test_fope_bad_input():
+    with pytest.raises(ValueError, match="max_len"):
+        fope_inv_freq(16, 1e4, 0)
+    with pytest.raises(ValueError, match="num_inv_freq"):
+        fope_inv_freq(16, 1e4, 100, num_inv_freq=9)
+    inv = fope_inv_freq(16, 1e4, 100)
+    with pytest.raises(ValueError, match="cos_coef"):
+        fope_cos_sin(torch.arange(3), inv, torch.eye(2)[None], torch.eye(2)[None], 16)

@@ -11,11 +11,18 @@ Shape letters: b batch, h heads, i/j query/key positions, n length, d head dim.
   source by ``tests/golden/make_frontier_golden.py``) always.
 * ``CONFIG_DEFAULTS``: the configuration defaults the chapter quotes (layer patterns,
   chunk sizes), and ``QUOTED_LINES``, the lines of model code it quotes, checked the
-  same way.
+  same way; ``llama4_layers`` and ``smollm3_layers``, the layer lists of
+  ``Llama4TextConfig`` and ``SmolLM3Config``, transcribed and compared in the tests
+  with the real classes' (golden vectors).
 * ``ssmax_weights``: Scalable-Softmax (Nakanishi, 2025), softmax of ``s log n`` times
   the scores, ``n`` the number of keys a query sees.
 * ``dca_offsets``: the relative positions Dual Chunk Attention (An et al., 2024) gives
-  each query-key pair (``HKUNLP/ChunkLlama``, ``chunkllama_attn_replace.py``).
+  each query-key pair (``HKUNLP/ChunkLlama``, ``chunkllama_attn_replace.py``; with
+  ``chunk_size``, as vLLM's ``DualChunkRotaryEmbedding`` serves Qwen's 1M-token
+  checkpoints).
+* ``fope_inv_freq``, ``fope_cos_sin``: FoPE as Intern-S1-Pro ships it (the checkpoint's
+  remote code, ``InternS1ProMoeTextFourierEmbedding``): the frequencies it keeps and
+  the cos and sin it mixes from them.
 * ``decay_recurrence``: a linear-attention layer with a scalar decay, run as a
   recurrence (how Mamba-2 / gated DeltaNet style layers carry order without any
   positional encoding).
@@ -23,20 +30,28 @@ Shape letters: b batch, h heads, i/j query/key positions, n length, d head dim.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 __all__ = [
     "MODEL_POSITION",
     "CONFIG_DEFAULTS",
     "QUOTED_LINES",
+    "llama4_layers",
+    "smollm3_layers",
     "ssmax_weights",
     "dca_offsets",
+    "fope_inv_freq",
+    "fope_cos_sin",
     "decay_recurrence",
 ]
 
 # model -> where its position comes from, read from transformers 5.24's
 # models/<module>/modeling_<module>.py: "calls" are the (function, guard) pairs inside
-# class "cls" (guard: the condition of the `if` around the call, verbatim, or None);
+# class "cls" (guard: the condition of the `if` around the call, verbatim, or None; a
+# tuple of conditions, innermost first, for nested `if`s); "era": "2022-25" (kept as
+# history) or "2026" (the generation transformers 5.24 adds);
 # "per_layer": a guard reads an attribute __init__ sets from the layer index, so some
 # layers call it and others do not; "defines_rope": the file defines
 # apply_rotary_pos_emb (Jamba's is never called); "sigmoid_gate": the class calls
@@ -54,6 +69,7 @@ MODEL_POSITION = {
         per_layer=False,
         sigmoid_gate=False,
         defines_rope=False,
+        era="2022-25",
         layers="ALiBi: one bias, added in every layer",
     ),
     "MPT (2023)": dict(
@@ -63,6 +79,7 @@ MODEL_POSITION = {
         per_layer=False,
         sigmoid_gate=False,
         defines_rope=False,
+        era="2022-25",
         layers="ALiBi: one bias, added in every layer",
     ),
     "ModernBERT (2024, encoder)": dict(
@@ -72,6 +89,7 @@ MODEL_POSITION = {
         per_layer=False,
         sigmoid_gate=False,
         defines_rope=True,
+        era="2022-25",
         layers="every layer (local and global bases differ)",
     ),
     "Jamba (2024)": dict(
@@ -81,6 +99,7 @@ MODEL_POSITION = {
         per_layer=False,
         sigmoid_gate=False,
         defines_rope=True,
+        era="2022-25",
         layers="none: Mamba layers carry order; attention is NoPE",
     ),
     "Jamba (2024), Mamba layers": dict(
@@ -90,6 +109,7 @@ MODEL_POSITION = {
         per_layer=False,
         sigmoid_gate=False,
         defines_rope=True,
+        era="2022-25",
         layers="no position: the recurrence orders tokens",
     ),
     "Command R7B / A (2024-25)": dict(
@@ -99,6 +119,7 @@ MODEL_POSITION = {
         per_layer=True,
         sigmoid_gate=False,
         defines_rope=True,
+        era="2022-25",
         layers="RoPE in sliding-window layers (3 of 4); global: none",
     ),
     "DeepSeek-V3, Kimi K2 (2024-25)": dict(
@@ -111,6 +132,7 @@ MODEL_POSITION = {
         per_layer=False,
         sigmoid_gate=False,
         defines_rope=True,
+        era="2022-25",
         layers="every layer (MLA's decoupled rotary part)",
     ),
     "Llama 4 (2025)": dict(
@@ -120,6 +142,7 @@ MODEL_POSITION = {
         per_layer=True,
         sigmoid_gate=False,
         defines_rope=False,
+        era="2022-25",
         layers="RoPE + 8K chunks in 3 of 4; 4th: NoPE, full, temperature",
     ),
     "Qwen3-MoE (2025)": dict(
@@ -129,6 +152,7 @@ MODEL_POSITION = {
         per_layer=False,
         sigmoid_gate=False,
         defines_rope=True,
+        era="2022-25",
         layers="every layer",
     ),
     "SmolLM3 (2025)": dict(
@@ -138,6 +162,7 @@ MODEL_POSITION = {
         per_layer=True,
         sigmoid_gate=False,
         defines_rope=True,
+        era="2022-25",
         layers="RoPE in 3 of 4 layers; 4th: none",
     ),
     "EXAONE 4.0 (2025)": dict(
@@ -149,6 +174,7 @@ MODEL_POSITION = {
         per_layer=True,
         sigmoid_gate=False,
         defines_rope=True,
+        era="2022-25",
         layers="RoPE in sliding-window layers (3 of 4); global: none",
     ),
     "gpt-oss (2025)": dict(
@@ -158,6 +184,7 @@ MODEL_POSITION = {
         per_layer=False,
         sigmoid_gate=False,
         defines_rope=True,
+        era="2022-25",
         layers="every layer (sliding and full alternate)",
     ),
     "Qwen3-Next (2025)": dict(
@@ -167,6 +194,7 @@ MODEL_POSITION = {
         per_layer=False,
         sigmoid_gate=True,
         defines_rope=True,
+        era="2022-25",
         layers="every attention layer (1 of 4, 25% of dims); DeltaNet: none",
     ),
     "Qwen3-Next (2025), DeltaNet layers": dict(
@@ -176,6 +204,7 @@ MODEL_POSITION = {
         per_layer=False,
         sigmoid_gate=True,
         defines_rope=True,
+        era="2022-25",
         layers="3 of 4 layers; no position: recurrence",
     ),
     "Kimi Linear (2025)": dict(
@@ -185,6 +214,7 @@ MODEL_POSITION = {
         per_layer=False,
         sigmoid_gate=False,
         defines_rope=False,
+        era="2022-25",
         layers="none: MLA layers are NoPE; KDA layers carry order",
     ),
     "Kimi Linear (2025), KDA layers": dict(
@@ -194,7 +224,244 @@ MODEL_POSITION = {
         per_layer=False,
         sigmoid_gate=True,
         defines_rope=False,
+        era="2022-25",
         layers="no position: the recurrence orders tokens",
+    ),
+    # ---- 2026: the generation transformers 5.24 adds
+    "GLM-5.x": dict(
+        module="glm_moe_dsa",
+        cls="GlmMoeDsaAttention",
+        calls=[("apply_rotary_pos_emb_interleave", None)],
+        per_layer=False,
+        sigmoid_gate=False,
+        defines_rope=False,
+        era="2026",
+        layers="every layer (MLA's rotated part); its indexer rotates too",
+    ),
+    "GLM-5.3-Flash": dict(
+        module="glm5_next",
+        cls="Glm5NextTextAttention",
+        calls=[],
+        per_layer=False,
+        sigmoid_gate=False,
+        defines_rope=False,
+        era="2026",
+        layers="none: MLA layers (1 in 4) are NoPE; KDA layers carry order",
+    ),
+    "Qwen3.5": dict(
+        module="qwen3_5",
+        cls="Qwen3_5Attention",
+        calls=[("apply_rotary_pos_emb", None)],
+        per_layer=False,
+        sigmoid_gate=True,
+        defines_rope=True,
+        era="2026",
+        layers="every attention layer (1 of 4; 64 of 256 dims, M-RoPE); DeltaNet: none",
+    ),
+    "Ministral 3": dict(
+        module="ministral3",
+        cls="Ministral3Attention",
+        calls=[("apply_rotary_pos_emb", None)],
+        per_layer=False,
+        sigmoid_gate=False,
+        defines_rope=True,
+        era="2026",
+        layers="every layer, and a log-length query temperature",
+    ),
+    "Mistral Small 4": dict(
+        module="mistral4",
+        cls="Mistral4Attention",
+        calls=[
+            ("apply_rotary_pos_emb_interleave", "self.config.rope_interleave"),
+            ("apply_rotary_pos_emb", "not (self.config.rope_interleave)"),
+        ],
+        per_layer=False,
+        sigmoid_gate=False,
+        defines_rope=True,
+        era="2026",
+        layers="every layer (MLA), and a log-length query temperature",
+    ),
+    "Mistral Large 4": dict(
+        module="mistral_large4",
+        cls="MistralLarge4TextAttention",
+        calls=[
+            (
+                "apply_rotary_pos_emb_interleave",
+                ("self.is_kv_shared_layer", "self.use_rope"),
+            ),
+            (
+                "apply_rotary_pos_emb_interleave",
+                ("not (self.is_kv_shared_layer)", "self.use_rope"),
+            ),
+        ],
+        per_layer=True,
+        sigmoid_gate=False,
+        defines_rope=False,
+        era="2026",
+        layers="RoPE (learned frequencies) in 3 of 4 layers; 4th: none",
+    ),
+    "Muse Glimmer": dict(
+        module="muse_glimmer",
+        cls="MuseGlimmerTextAttention",
+        calls=[("apply_rotary_pos_emb", "position_embeddings is not None")],
+        per_layer=False,
+        sigmoid_gate=True,
+        defines_rope=True,
+        era="2026",
+        layers="RoPE in 2048-token sliding layers; every 4th (full): none",
+    ),
+    "Muse Spark": dict(
+        module="muse_spark",
+        cls="MuseSparkTextAttention",
+        calls=[("apply_rotary_pos_emb", "position_embeddings is not None")],
+        per_layer=False,
+        sigmoid_gate=True,
+        defines_rope=True,
+        era="2026",
+        layers="RoPE in 2048-token sliding layers; every 4th (full) from the last: "
+        "none (the model passes None)",
+    ),
+    "MiMo-V2-Flash": dict(
+        module="mimo_v2_flash",
+        cls="MiMoV2FlashAttention",
+        calls=[("apply_rotary_pos_emb", None)],
+        per_layer=False,
+        sigmoid_gate=False,
+        defines_rope=True,
+        era="2026",
+        layers="every layer; a base per layer type, sinks in sliding layers",
+    ),
+    "MiniMax-M2": dict(
+        module="minimax_m2",
+        cls="MiniMaxM2Attention",
+        calls=[("apply_rotary_pos_emb", None)],
+        per_layer=False,
+        sigmoid_gate=False,
+        defines_rope=True,
+        era="2026",
+        layers="every layer",
+    ),
+    "MiniMax-M3": dict(
+        module="minimax_m3_vl",
+        cls="MiniMaxM3VLAttention",
+        calls=[("apply_rotary_pos_emb", None)],
+        per_layer=False,
+        sigmoid_gate=False,
+        defines_rope=True,
+        era="2026",
+        layers="every layer",
+    ),
+    "Nemotron-H": dict(
+        module="nemotron_h",
+        cls="NemotronHAttention",
+        calls=[],
+        per_layer=False,
+        sigmoid_gate=False,
+        defines_rope=True,
+        era="2026",
+        layers="none: Mamba-2 layers carry order; attention is NoPE",
+    ),
+    "OLMo Hybrid": dict(
+        module="olmo_hybrid",
+        cls="OlmoHybridAttention",
+        calls=[("apply_rotary_pos_emb", "position_embeddings is not None")],
+        per_layer=False,
+        sigmoid_gate=False,
+        defines_rope=True,
+        era="2026",
+        layers="released checkpoints: none (no rope_theta); DeltaNet carries order",
+    ),
+    "Granite 4.0-H": dict(
+        module="granitemoehybrid",
+        cls="GraniteMoeHybridAttention",
+        calls=[("apply_rotary_pos_emb", "position_embeddings is not None")],
+        per_layer=False,
+        sigmoid_gate=False,
+        defines_rope=True,
+        era="2026",
+        layers="by default none (position_embedding_type None); Mamba carries order",
+    ),
+    "Trinity": dict(
+        module="afmoe",
+        cls="AfmoeAttention",
+        calls=[("apply_rotary_pos_emb", "self.is_local_attention")],
+        per_layer=True,
+        sigmoid_gate=True,
+        defines_rope=True,
+        era="2026",
+        layers="RoPE in sliding-window layers (3 of 4); global: none",
+    ),
+    "Flint": dict(
+        module="flint",
+        cls="FlintAttention",
+        calls=[("apply_rotary_pos_emb", "self.sliding_window is not None")],
+        per_layer=True,
+        sigmoid_gate=False,
+        defines_rope=True,
+        era="2026",
+        layers="RoPE in sliding-window layers; global: none; sinks everywhere",
+    ),
+    "Beam": dict(
+        module="beam",
+        cls="BeamAttention",
+        calls=[("apply_rotary_pos_emb", "position_embeddings is not None")],
+        per_layer=False,
+        sigmoid_gate=True,
+        defines_rope=True,
+        era="2026",
+        layers="RoPE in sliding-window layers (5 of 6); global: none, temperature",
+    ),
+    "Kolibri": dict(
+        module="kolibri1",
+        cls="Kolibri1Attention",
+        calls=[
+            ("apply_rotary_pos_emb", "self.sliding_window is None or self.is_sliding")
+        ],
+        per_layer=True,
+        sigmoid_gate=False,
+        defines_rope=True,
+        era="2026",
+        layers="RoPE in sliding-window layers (4 of 5); global: none",
+    ),
+    "Inkling": dict(
+        module="inkling",
+        cls="InklingAttention",
+        calls=[],
+        per_layer=False,
+        sigmoid_gate=False,
+        defines_rope=False,
+        era="2026",
+        layers="no RoPE: relative logits conditioned on content, every layer",
+    ),
+    "DeepSeek-V3.2": dict(
+        module="deepseek_v32",
+        cls="DeepseekV32Attention",
+        calls=[("apply_rotary_pos_emb_interleave", None)],
+        per_layer=False,
+        sigmoid_gate=False,
+        defines_rope=True,
+        era="2026",
+        layers="every layer (MLA's rotated part); its indexer rotates too",
+    ),
+    "DeepSeek-V4": dict(
+        module="deepseek_v4",
+        cls="DeepseekV4Attention",
+        calls=[("apply_rotary_pos_emb", None)],
+        per_layer=False,
+        sigmoid_gate=False,
+        defines_rope=True,
+        era="2026",
+        layers="every layer (64 of 512 dims; compressed keys: own base)",
+    ),
+    "Qwen4-Exp": dict(
+        module="qwen4_exp",
+        cls="Qwen4ExpTextAttention",
+        calls=[("apply_rotary_pos_emb", None)],
+        per_layer=False,
+        sigmoid_gate=True,
+        defines_rope=True,
+        era="2026",
+        layers="every attention layer (1 of 4); DeltaNet: none",
     ),
 }
 
@@ -214,6 +481,20 @@ CONFIG_DEFAULTS = {
     ("qwen3_next", "partial_rotary_factor"): 0.25,
     ("deepseek_v3", "qk_rope_head_dim"): 64,
     ("kimi_k25", "kimi_k2 text model"): "deepseek_v3",
+    # the 2026 rows
+    ("glm5_next", "qk_rope_head_dim"): 0,
+    ("mistral_large4", "no_rope_layer_interval"): 4,
+    ("muse_spark", "sliding_window"): 2048,
+    ("muse_glimmer", "sliding_window"): 2048,
+    ("mimo_v2_flash", "sliding_window"): 129,
+    ("afmoe", "global_attn_every_n_layers"): 4,
+    ("afmoe", "sliding_window"): 1024,
+    ("flint", "sliding_window"): 513,
+    ("beam", "sliding_window"): 512,
+    ("kolibri1", "sliding_window"): 513,
+    ("inkling", "rel_extent"): 1024,
+    ("inkling", "sliding_window_size"): 512,
+    ("granitemoehybrid", "position_embedding_type"): None,
 }
 
 
@@ -231,7 +512,52 @@ QUOTED_LINES = {
         "torch.log1p(torch.floor((positions.float() + 1.0) / self.floor_scale))"
         " * self.attn_scale + 1.0",
     ],
+    # 2026: where the model, not the attention class, decides a layer is NoPE
+    "muse_spark": [
+        "position_embeddings=position_embeddings if self.config.layer_rope_theta[i] "
+        "else None,",
+    ],
+    "olmo_hybrid": ["# Released ckpt don't use any ROPE and have  it set to `None`"],
+    "beam": [
+        "return torch.exp(0.1 * torch.log1p((position_ids.float() + 1) / 2048))"
+        "[:, None, :, None]",
+    ],
+    "inkling": ["rel_logits = (relative_states @ self.proj).transpose(1, 2)"],
 }
+
+
+def llama4_layers(n_layers: int, interval: int, attention_chunk_size: int | None):
+    """``Llama4TextConfig.__post_init__`` (transformers 5.24), transcribed: the
+    default ``no_rope_layers`` (1 = RoPE) and ``layer_types``. The tests compare it
+    with the class itself (``tests/golden/frontier_transformers.json``)."""
+    no_rope_layers = [int((i + 1) % interval != 0) for i in range(n_layers)]
+    layer_types = [
+        "chunked_attention"
+        if no_rope and attention_chunk_size is not None
+        else "full_attention"
+        for no_rope in no_rope_layers
+    ]
+    return no_rope_layers, layer_types
+
+
+def smollm3_layers(
+    n_layers: int,
+    interval: int,
+    use_sliding_window: bool = False,
+    sliding_window: int | None = None,
+):
+    """``SmolLM3Config.__post_init__`` (transformers 5.24), transcribed: the default
+    ``no_rope_layers`` (1 = RoPE) and ``layer_types``; compared in the tests with the
+    class itself."""
+    no_rope_layers = [int((i + 1) % interval != 0) for i in range(n_layers)]
+    layer_types = []
+    for i in range(n_layers):
+        has_rope = no_rope_layers[i]
+        if use_sliding_window and sliding_window is not None and not has_rope:
+            layer_types.append("sliding_attention")
+        else:
+            layer_types.append("full_attention")
+    return no_rope_layers, layer_types
 
 
 def ssmax_weights(scores: torch.Tensor, s: float, causal: bool = True) -> torch.Tensor:
@@ -259,18 +585,34 @@ def ssmax_weights(scores: torch.Tensor, s: float, causal: bool = True) -> torch.
     return torch.softmax(logits, dim=-1)
 
 
-def dca_offsets(n: int, pretrain_len: int, local_window: int | None = None):
+def dca_offsets(
+    n: int,
+    pretrain_len: int,
+    local_window: int | None = None,
+    chunk_size: int | None = None,
+):
     """Dual Chunk Attention's relative position for each pair ``(i, j)``, ``j <= i``
     ``(n, n)`` long (``-1`` above the diagonal), as ChunkLlama computes it.
 
-    chunk_size = 3/4 of the pretraining length, local window w (default 1/16 of it),
-    chunk length s = chunk_size - w; keys sit at ``j mod s``; a query at ``i`` is at
-    ``i mod s`` for its own chunk, ``min(i mod s + s, chunk_size)`` for the previous
-    chunk, and ``chunk_size`` for every earlier chunk."""
+    chunk_size = 3/4 of the pretraining length (unless given, as vLLM's
+    ``dual_chunk_attention_config`` gives it), local window w (default 1/16 of the
+    pretraining length), chunk length s = chunk_size - w; keys sit at ``j mod s``; a
+    query at ``i`` is at ``i mod s`` for its own chunk, ``min(i mod s + s,
+    chunk_size)`` for the previous chunk, and ``chunk_size`` for every earlier
+    chunk."""
     for name, v in (("n", n), ("pretrain_len", pretrain_len)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
-    chunk_size = pretrain_len * 3 // 4
+    if chunk_size is None:
+        chunk_size = pretrain_len * 3 // 4
+    elif (
+        not isinstance(chunk_size, int)
+        or isinstance(chunk_size, bool)
+        or not 1 <= chunk_size <= pretrain_len
+    ):
+        raise ValueError(
+            f"chunk_size must be an int in [1, {pretrain_len}], got {chunk_size!r}"
+        )
     w = pretrain_len // 16 if local_window is None else local_window
     if not isinstance(w, int) or not 0 <= w < chunk_size:
         raise ValueError(f"local_window must be an int in [0, {chunk_size}), got {w!r}")
@@ -284,6 +626,65 @@ def dca_offsets(n: int, pretrain_len: int, local_window: int | None = None):
     q_pos = torch.where(ci == cj, q_intra, torch.where(ci == cj + 1, q_succ, q_inter))
     offsets = q_pos - j % s  # (i, j)
     return torch.where(j <= i, offsets, torch.full_like(offsets, -1))
+
+
+def fope_inv_freq(
+    d_head: int, base: float, max_len: int, num_inv_freq: int | None = None
+) -> torch.Tensor:
+    """The frequencies Intern-S1-Pro's FoPE keeps (``_compute_fope_parameters`` in
+    the checkpoint's ``modeling_rope_utils.py``): RoPE's ``base^(-2i/d)``, cut to the
+    first ``num_inv_freq``, or (None) to those whose period ``2 pi / theta`` is shorter
+    than ``max_len``. ``(k,)``, k <= d/2."""
+    if not isinstance(d_head, int) or d_head < 2 or d_head % 2:
+        raise ValueError(f"d_head must be a positive even int, got {d_head!r}")
+    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
+        raise ValueError(f"max_len must be a positive int, got {max_len!r}")
+    # theta_i = base^(-2i/d)
+    theta = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
+    if num_inv_freq is not None:
+        if not isinstance(num_inv_freq, int) or not 1 <= num_inv_freq <= d_head // 2:
+            raise ValueError(
+                f"num_inv_freq must be an int in [1, {d_head // 2}], got "
+                f"{num_inv_freq!r}"
+            )
+        return theta[:num_inv_freq]
+    # keep theta_i > 2 pi / L: a period shorter than L
+    return theta[theta > 2 * math.pi / max_len]
+
+
+def fope_cos_sin(
+    pos: torch.Tensor,
+    inv_freq: torch.Tensor,
+    cos_coef: torch.Tensor,
+    sin_coef: torch.Tensor,
+    d_head: int,
+    pad_sin: float = 1.0,
+):
+    """FoPE's cos and sin (``InternS1ProMoeTextFourierEmbedding.forward``): each
+    output frequency channel mixes the kept frequencies with learned matrices, per key
+    head; the channels past the kept ones are padded (cos with 1, sin with
+    ``pad_sin``: 1 in the checkpoint's remote code, 0 in vLLM's ``fope.py``) and the
+    result is laid out as RoPE's half layout.
+
+    ``pos`` ``(n,)``, ``inv_freq`` ``(k,)``, ``cos_coef``, ``sin_coef`` ``(h, k, k)`` ->
+    ``cos``, ``sin`` ``(h, n, d)``:
+    ``cos[h, p, c] = sum_D C[h, D, c] cos(p theta_D)`` for ``c < k``."""
+    k = inv_freq.numel()
+    if cos_coef.shape != sin_coef.shape or cos_coef.shape[-2:] != (k, k):
+        raise ValueError(
+            f"cos_coef and sin_coef must be (h, {k}, {k}), got "
+            f"{tuple(cos_coef.shape)}, {tuple(sin_coef.shape)}"
+        )
+    if not isinstance(d_head, int) or d_head < 2 * k or d_head % 2:
+        raise ValueError(f"d_head must be an even int >= {2 * k}, got {d_head!r}")
+    angles = pos.to(inv_freq.dtype)[:, None] * inv_freq  # (n, k)
+    # cos_c(p) = sum_D C[h, D, c] cos(p theta_D), likewise sin with S
+    cos = torch.einsum("nD,hDc->hnc", angles.cos(), cos_coef.to(angles.dtype))
+    sin = torch.einsum("nD,hDc->hnc", angles.sin(), sin_coef.to(angles.dtype))
+    pad = d_head // 2 - k
+    cos = torch.nn.functional.pad(cos, (0, pad), value=1.0)
+    sin = torch.nn.functional.pad(sin, (0, pad), value=pad_sin)
+    return torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)  # (h, n, d)
 
 
 def decay_recurrence(

@@ -1,4 +1,4 @@
-"""Position in today's hybrid models: chunked RoPE layers, NoPE layers with a query
+"""Position in the hybrid models of 2025: chunked RoPE layers, NoPE layers with a query
 temperature (Llama 4's iRoPE), and learned attention sinks (gpt-oss).
 
 Three pieces, each checked against the model's own code in Hugging Face transformers

@@ -11,8 +11,12 @@ class's ``__init__`` sets from ``layer_idx``, whether the file defines
 from ``configuration_<module>.py``, the defaults listed in ``CONFIG_DEFAULTS``; and
 whether each line of ``QUOTED_LINES`` occurs in ``modeling_<module>.py``.
 ``tests/test_frontier.py`` compares the transcription with this file always, and
-re-extracts from the installed source when it is there. Run it with the reference
-environment (transformers 5.24.0):
+re-extracts from the installed source when it is there. It also builds two
+configuration classes, ``Llama4TextConfig`` and ``SmolLM3Config``, for several
+settings (``attention_chunk_size=None`` and a sliding window among them) and records
+their ``no_rope_layers`` and ``layer_types`` (``layer_lists``), the golden vectors of
+the chapter's transcriptions ``llama4_layers`` and ``smollm3_layers``. Run it with the
+reference environment (transformers 5.24.0):
 
     /work/ref/bin/python tests/golden/make_frontier_golden.py
 """
@@ -106,13 +110,57 @@ def config_default(source: str, name: str):
     raise LookupError(f"no default for {name}")
 
 
+# (n_layers, no_rope_layer_interval, attention_chunk_size) and (n_layers, interval,
+# use_sliding_window, sliding_window): the settings recorded from the real classes
+LLAMA4_CASES = [(48, 4, 8192), (48, 4, None), (10, 3, 16), (7, 2, None)]
+SMOLLM3_CASES = [(36, 4, False, None), (36, 4, True, 4096), (12, 3, True, None)]
+
+
+def layer_lists() -> dict:
+    """``no_rope_layers`` and ``layer_types`` of Llama4TextConfig and SmolLM3Config."""
+    from transformers import Llama4TextConfig, SmolLM3Config
+
+    out = {"llama4": [], "smollm3": []}
+    for n, interval, chunk in LLAMA4_CASES:
+        cfg = Llama4TextConfig(
+            num_hidden_layers=n,
+            no_rope_layer_interval=interval,
+            attention_chunk_size=chunk,
+        )
+        out["llama4"].append(
+            dict(
+                args=[n, interval, chunk],
+                no_rope_layers=list(cfg.no_rope_layers),
+                layer_types=list(cfg.layer_types),
+            )
+        )
+    for n, interval, use_sw, window in SMOLLM3_CASES:
+        cfg = SmolLM3Config(
+            num_hidden_layers=n,
+            no_rope_layer_interval=interval,
+            use_sliding_window=use_sw,
+            sliding_window=window,
+        )
+        out["smollm3"].append(
+            dict(
+                args=[n, interval, use_sw, window],
+                no_rope_layers=list(cfg.no_rope_layers),
+                layer_types=list(cfg.layer_types),
+            )
+        )
+    return out
+
+
 def main() -> None:
     import transformers
 
     root = pathlib.Path(transformers.__file__).parent / "models"
     spec = importlib.util.spec_from_file_location(
         "frontier",
-        pathlib.Path(__file__).resolve().parents[2] / "posenc_lib" / "frontier.py",
+        pathlib.Path(__file__).resolve().parents[2]
+        / "posenc_lib"
+        / "course"
+        / "frontier.py",
     )
     frontier = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(frontier)
@@ -135,6 +183,7 @@ def main() -> None:
         path = root / module / f"modeling_{module}.py"
         present = {line.strip() for line in path.read_text().splitlines()}
         out["quoted_lines"][module] = {line: line in present for line in lines}
+    out["layer_lists"] = layer_lists()
     dest = pathlib.Path(__file__).with_name("frontier_transformers.json")
     dest.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {dest} (transformers {transformers.__version__})")
