@@ -271,3 +271,17 @@ def test_mistral_large4_and_beam_factors_match_their_transcriptions():
     assert_close(
         got, torch.tensor(g["factors"], dtype=torch.float64), rtol=1e-6, atol=0
     )
+
+
+def test_the_mistral_rope_defaults_match_the_configuration_classes():
+    for name, key in [
+        ("Ministral 3", "ministral3"),
+        ("Mistral Small 4", "mistral4"),
+        ("Mistral Large 4", "mistral_large4"),
+    ]:
+        facts = CONFIGS[key]["default"]
+        original, beta, factor = hy.MISTRAL_ROPE[name]
+        assert facts["rope_type"] == "yarn", name
+        assert facts["original_max_position_embeddings"] == original, name
+        assert facts.get("llama_4_scaling_beta") == beta, name
+        assert facts["factor"] == factor, name

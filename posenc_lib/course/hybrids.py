@@ -50,6 +50,7 @@ __all__ = [
     "rotating",
     "attending",
     "without_rope",
+    "MISTRAL_ROPE",
     "mistral_large4_scale",
     "beam_scale",
 ]
@@ -212,6 +213,16 @@ def attending(pattern: str) -> list[int]:
 def without_rope(pattern: str) -> list[int]:
     """The attention layers of a pattern that do not rotate."""
     return [l for l, c in enumerate(pattern) if c in "Nw"]
+
+
+# the defaults of rope_parameters (configuration_ministral3.py:96-106,
+# configuration_mistral4.py:113-124, configuration_mistral_large4.py:143-151):
+# model -> (original_max_position_embeddings, llama_4_scaling_beta or None, YaRN factor)
+MISTRAL_ROPE = {
+    "Ministral 3": (16384, 0.1, 16.0),
+    "Mistral Small 4": (8192, 0.1, 128.0),
+    "Mistral Large 4": (512, None, 2048.0),
+}
 
 
 def mistral_large4_scale(

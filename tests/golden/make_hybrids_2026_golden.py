@@ -13,7 +13,8 @@ it):
 * ``configs``: for each model and each depth in ``DEPTHS`` (and the class's default
   depth), what the configuration class builds: ``layer_types``, the per-layer RoPE
   switch where the class has one (``no_rope_layers``, 1 = RoPE; ``layer_rope_theta``,
-  0 = no RoPE), the window, chunk and RoPE fields.
+  0 = no RoPE), the window, chunk and RoPE fields (base, YaRN's factor and original
+  window, the temperature's beta).
 * ``probes``: for each model at two depths, a tiny model (``<Model>Model``) run on six
   tokens, with the module's rotation function (``apply_rotary_pos_emb``, Llama 4's
   ``apply_rotary_emb``, Mistral Large 4's ``apply_rotary_pos_emb_interleave``) wrapped
@@ -83,6 +84,16 @@ def config_facts(key: str, config) -> dict:
         facts["rope_by_layer_type"] = {t: rope[t] is not None for t in rope}
     elif isinstance(rope, dict):
         facts["rope_theta"] = rope.get("rope_theta")
+        for name in (
+            "rope_type",
+            "factor",
+            "original_max_position_embeddings",
+            "llama_4_scaling_beta",
+            "mscale",
+            "mscale_all_dim",
+        ):
+            if rope.get(name) is not None:
+                facts[name] = rope[name]
     return facts
 
 
