@@ -285,3 +285,6 @@ def test_the_mistral_rope_defaults_match_the_configuration_classes():
         assert facts["original_max_position_embeddings"] == original, name
         assert facts.get("llama_4_scaling_beta") == beta, name
         assert facts["factor"] == factor, name
+    # Ministral 3: mscale == mscale_all_dim, so YaRN's attention factor is 1
+    facts = CONFIGS["ministral3"]["default"]
+    assert facts["mscale"] == facts["mscale_all_dim"] == 1.0

@@ -128,7 +128,7 @@ def nemotron_h(n_layers: int = 4) -> str:
     """Nemotron-H: the class's default ``layers_block_type``, Mamba-2, MoE, attention,
     MLP (``configuration_nemotron_h.py:176``); its depth is the pattern's length, so
     ``n_layers`` must be 4. ``NemotronHAttention.forward`` calls no rotation
-    (``modeling_nemotron_h.py:888-921``)."""
+    (``modeling_nemotron_h.py:889-921``)."""
     if n_layers != 4:
         raise ValueError(
             f"n_layers must be 4, the length of Nemotron-H's default pattern (a "
@@ -181,7 +181,7 @@ def inkling(n_layers: int) -> str:
 def granite_swa(n_layers: int, layer_rope_theta: list[float] | None = None) -> str:
     """Granite SWA (``granite_swa``): full attention where ``l % 4 == 0``, windows
     elsewhere; a per-layer ``layer_rope_theta`` where 0 means no RoPE, the global
-    theta everywhere by default (``configuration_granite_swa.py:107-116``); one rotary
+    theta everywhere by default (``configuration_granite_swa.py:104-116``); one rotary
     embedding per distinct non-zero theta (``modeling_granite_swa.py:395, 456``)."""
     layers = _layers(n_layers)
     thetas = [1.0] * n_layers if layer_rope_theta is None else list(layer_rope_theta)
@@ -215,8 +215,8 @@ def without_rope(pattern: str) -> list[int]:
     return [l for l, c in enumerate(pattern) if c in "Nw"]
 
 
-# the defaults of rope_parameters (configuration_ministral3.py:96-106,
-# configuration_mistral4.py:113-124, configuration_mistral_large4.py:143-151):
+# the defaults of rope_parameters (configuration_ministral3.py:95-106,
+# configuration_mistral4.py:112-124, configuration_mistral_large4.py:143-151):
 # model -> (original_max_position_embeddings, llama_4_scaling_beta or None, YaRN factor)
 MISTRAL_ROPE = {
     "Ministral 3": (16384, 0.1, 16.0),
@@ -282,7 +282,7 @@ HYBRIDS_2026 = [
     Hybrid("Kolibri", "kolibri1", kolibri, 50, window=513,
            source="configuration_kolibri1.py:84, 101; modeling_kolibri1.py:184"),
     Hybrid("Nemotron-H", "nemotron_h", nemotron_h, 4,
-           source="configuration_nemotron_h.py:176; modeling_nemotron_h.py:888"),
+           source="configuration_nemotron_h.py:176; modeling_nemotron_h.py:889"),
     Hybrid("OLMo Hybrid", "olmo_hybrid", olmo_hybrid, 32,
            source="configuration_olmo_hybrid.py:125; modeling_olmo_hybrid.py:899"),
     Hybrid("OLMo Hybrid, no theta", "olmo_hybrid",
