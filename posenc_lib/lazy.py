@@ -20,6 +20,7 @@ COURSE_MODULES = (
     "book",
     "exercises",
     "frontier",
+    "hybrids",
     "interactive",
     "lab",
     "models_data",

@@ -25,7 +25,6 @@ CHAPTERS = [e for e in toc.entries() if (ROOT / f"{e}.ipynb").exists()]
 # chapters whose owners add their pointers on their own branches; strict: the test
 # fails as soon as the pointers are there, so that the mark is removed
 PENDING = {
-    "book/part7/nope_sinks": "pointers added by the chapter's owner (merge)",
 }
 NOT_SECTIONS = {"Exercises", "Summary", "References"}
 POINTER = re.compile(r"\s\(§ (?P<names>.+)\)[;.]?$")

@@ -6,7 +6,8 @@
 * ``lab``: the length-extrapolation harness;
 * ``plotting``, ``interactive``: the course's figures (matplotlib; plotly sliders);
 * ``models_data``, ``frontier``, ``taxonomy``: the tables of released models, the
-  2024-2026 methods and the four-term lens, as data.
+  2024-2026 methods and the four-term lens, as data; ``hybrids``: which layers of the
+  2025-2026 hybrids rotate.
 
 Nothing here is imported by ``import posenc_lib``: each module loads on first use, as
 ``pl.book``, ``pl.exercises``, ``pl.lab``, ... (the package's ``__getattr__``), and

@@ -1,8 +1,10 @@
-"""Position in the hybrid models of 2025: chunked RoPE layers, NoPE layers with a query
-temperature (Llama 4's iRoPE), and learned attention sinks (gpt-oss).
+"""Position in the hybrid models of 2025-26: chunked RoPE layers, NoPE layers with a
+query temperature (Llama 4's iRoPE), the same kind of temperature on rotated layers
+(Ministral 3, Mistral Small 4), and learned attention sinks (gpt-oss).
 
-Three pieces, each checked against the model's own code in Hugging Face transformers
-(5.24; ``tests/golden/make_sinks_golden.py``):
+The pieces, each checked against the model's own code in Hugging Face transformers
+(5.24; ``tests/golden/make_sinks_golden.py`` and
+``tests/golden/make_hybrids_2026_golden.py``):
 
 * **Chunked RoPE** (``ChunkedRotary``, ``chunk_mask``): RoPE, and a query sees only the
   keys of its own chunk of ``chunk_size`` positions::
@@ -20,6 +22,17 @@ Three pieces, each checked against the model's own code in Hugging Face transfor
   only, when ``attn_temperature_tuning``; floor_scale = 8192, attn_scale = 0.1). s = 1
   for p < floor_scale - 1, so it changes nothing until 8K tokens; it then grows like a
   logarithm, sharpening the softmax over ever more keys.
+* **Query temperature on rotated layers** (``mistral_attn_scale``): the query at
+  position p, after its rotation, is multiplied by::
+
+      s(p) = 1 + beta * log(1 + floor(p / original_max_position_embeddings))
+
+  (``get_llama_4_attn_scale`` in ``models/ministral3/modeling_ministral3.py``, called by
+  ``Ministral3Attention.forward`` and ``Mistral4Attention.forward`` in every layer, with
+  p the ``position_ids``; beta = ``rope_parameters["llama_4_scaling_beta"]`` and the
+  length is ``rope_parameters["original_max_position_embeddings"]``, YaRN's original
+  window). Llama 4's counts ``p + 1``, this one ``p``: it steps up one position later,
+  at p = L0, 2 L0, ... instead of F - 1, 2F - 1, ...
 * **Learned sinks** (``LearnedSink``, ``sink_softmax``): each head h has one learned
   logit s_h, a column appended to every row of scores, softmaxed with them and then
   dropped::
@@ -41,6 +54,7 @@ from .rope import Rotary
 
 __all__ = [
     "llama4_attn_scale",
+    "mistral_attn_scale",
     "rope_layers",
     "chunk_mask",
     "sink_softmax",
@@ -70,15 +84,23 @@ def llama4_attn_scale(
     """
     pos = _check_positions(pos, "pos")
     floor_scale = check_positive_int(floor_scale, "floor_scale")
+    _check_strength(attn_scale, "attn_scale")
+    _check_nonnegative(pos)
+    return _attn_scale(pos, floor_scale, attn_scale)
+
+
+def _check_strength(value: object, name: str) -> None:
     if (
-        isinstance(attn_scale, bool)
-        or not isinstance(attn_scale, (int, float))
-        or not 0 <= attn_scale < float("inf")
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 <= value < float("inf")
     ):
-        raise ValueError(f"attn_scale must be a finite number >= 0, got {attn_scale!r}")
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+def _check_nonnegative(pos: torch.Tensor) -> None:
     if pos.numel() and not compiling() and int(pos.min()) < 0:
         raise ValueError(f"pos must be >= 0, got a minimum of {int(pos.min())}")
-    return _attn_scale(pos, floor_scale, attn_scale)
 
 
 def _attn_scale(pos: torch.Tensor, floor_scale: int, attn_scale: float):
@@ -87,6 +109,33 @@ def _attn_scale(pos: torch.Tensor, floor_scale: int, attn_scale: float):
     # s(p) = 1 + attn_scale * log(1 + floor((p + 1) / floor_scale))
     steps = torch.div(pos + 1, floor_scale, rounding_mode="floor")
     return 1.0 + attn_scale * torch.log1p(steps.to(torch.get_default_dtype()))
+
+
+def mistral_attn_scale(
+    pos: torch.Tensor, original_max_position_embeddings: int, beta: float = 0.1
+) -> torch.Tensor:
+    """Ministral 3's and Mistral Small 4's per-position query temperature, applied in
+    every (rotated) layer: integer positions (any shape) -> float factors of the same
+    shape (the default dtype).
+
+    ``s(p) = 1 + beta * log(1 + floor(p / original_max_position_embeddings))``: exactly
+    1 for ``p < original_max_position_embeddings`` (YaRN's original window, where the
+    model was pretrained), then a step up at every multiple of it. Llama 4's
+    ``llama4_attn_scale`` counts ``p + 1`` and steps one position earlier.
+    Errors: ``TypeError`` unless ``pos`` holds integers; ``ValueError`` for a negative
+    position (the log's argument would reach 0: -inf),
+    ``original_max_position_embeddings`` not a positive int or ``beta`` not a finite
+    number >= 0.
+    """
+    pos = _check_positions(pos, "pos")
+    original = check_positive_int(
+        original_max_position_embeddings, "original_max_position_embeddings"
+    )
+    _check_strength(beta, "beta")
+    _check_nonnegative(pos)
+    # s(p) = 1 + beta * log(1 + floor(p / L0))
+    steps = torch.div(pos, original, rounding_mode="floor")
+    return 1.0 + beta * torch.log1p(steps.to(torch.get_default_dtype()))
 
 
 def rope_layers(n_layers: int, nope_interval: int = 4) -> list[bool]:

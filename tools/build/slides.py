@@ -960,7 +960,8 @@ def reading_line(session: Session) -> str:
     chapters = [e for e in session.chapters if e not in whole]
     line = (
         f"- **Reading**: about {minutes} minutes ({required} words of prose in "
-        f"{len(chapters)} chapters, at {WORDS_PER_MINUTE} words a minute)"
+        f"{len(chapters)} chapter{'s' if len(chapters) != 1 else ''}, at "
+        f"{WORDS_PER_MINUTE} words a minute)"
     )
     if not extra:
         return line + "."

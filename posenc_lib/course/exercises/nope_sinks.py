@@ -15,7 +15,8 @@ from posenc_lib.course.exercises import (
     expect_close,
     plant,
 )
-from posenc_lib.course.exercises._values import number
+from posenc_lib.course import hybrids
+from posenc_lib.course.exercises._values import integers, number
 from posenc_lib.utils import module_device
 
 CHAPTER = "part7/nope_sinks"
@@ -278,3 +279,51 @@ plant(
     says="was it trained",
 )
 plant("ex-sinks-first-token", (_sink_model(pl.NoPE), _H4), says="should be (model")
+
+
+# ---------------------------------------------------------------- ex-sinks-muse-layers
+
+MUSE_STUB = """\
+# the layers without RoPE of a 30-layer model built with Muse Spark's rule (every
+# fourth layer counted from the last), as a list of 0-based layer indices
+nope_layers = ...  # your answer
+"""
+
+
+@exercise("ex-sinks-muse-layers", chapter=CHAPTER, stub=MUSE_STUB)
+def _(answer):
+    got = integers(answer, "`nope_layers`")
+    n = 30
+    want = hybrids.without_rope(hybrids.muse(n))
+    wrong = {
+        "Llama 4's rule, counted from the first layer, (l + 1) % 4 == 0: count back "
+        "from the last layer instead": hybrids.without_rope(hybrids.llama4(n)),
+        "counted from 1: the book numbers layers from 0": [l + 1 for l in want],
+        "the layers that keep RoPE (the sliding-window ones)": [
+            l for l in range(n) if l not in want
+        ],
+        "one off: the last of 30 layers is layer 29": [
+            l for l in range(n) if (n - l) % 4 == 0
+        ],
+    }
+    for says, layers in wrong.items():
+        if got == layers and got != want:
+            raise Wrong(f"`nope_layers` is {got}: {says}")
+    expect(
+        got == want,
+        f"`nope_layers` is {got}: layer 29, the last, should be among them, and every "
+        "fourth layer before it",
+    )
+    llama = hybrids.without_rope(hybrids.llama4(n))
+    return (
+        f"{want}: {len(want)} layers counted back from layer {n - 1}, where Llama 4's "
+        f"rule gives {len(llama)} ({llama[0]}, {llama[1]}, ..., {llama[-1]}) and a "
+        "last layer with RoPE."
+    )
+
+
+plant("ex-sinks-muse-layers", list(range(3, 30, 4)), says="counted from the first")
+plant("ex-sinks-muse-layers", list(range(2, 31, 4)), says="counted from 1")
+plant("ex-sinks-muse-layers", list(range(2, 30, 4)), says="one off")
+plant("ex-sinks-muse-layers", [1, 5, 9], says="layer 29, the last")
+plant("ex-sinks-muse-layers", "1, 5, 9", says="should be a list")
