@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from .backends import BACKENDS
-from .base import Context, PositionalEncoding, overrides
+from .base import Context, PositionalEncoding, _autocast_on, overrides
 from .positions import Positions, as_positions, prepare, prepare_step
 from .registry import as_encoding
 from .utils import check_head_split, check_qkv, check_same_device, is_4d
@@ -208,7 +208,7 @@ class MultiHeadAttention(nn.Module):
                 f"{tuple(getattr(x, 'shape', ()))}"
             )
         check_same_device(x, "x", self.w_q, "layer")
-        if x.dtype != self.w_q.weight.dtype:
+        if x.dtype != self.w_q.weight.dtype and not _autocast_on(x.device.type):
             raise TypeError(
                 f"x is {x.dtype} but this MultiHeadAttention holds "
                 f"{self.w_q.weight.dtype} parameters: cast one to the other "
@@ -216,6 +216,7 @@ class MultiHeadAttention(nn.Module):
             )
         b, n, _ = x.shape
         q, k, v = (self._split(w(x)) for w in (self.w_q, self.w_k, self.w_v))
+        x = x.to(q.dtype)  # autocast projects in a lower dtype: the hooks read x in it
         if cache is not None:  # the new queries against every key so far
             if inputs is not None or (positions is None and causal is not True):
                 raise ValueError(

@@ -9,6 +9,7 @@ Shape legend used throughout ``posenc_lib`` (as in x-transformers, defined once)
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
@@ -225,6 +226,19 @@ def check_heads(
             + ("" if d_head is None else f", d_head={d_head}")
             + f"; got {tuple(t.shape)}"
         )
+
+
+def exact_dtypes(t: torch.Tensor):
+    """A context in which ``torch.autocast`` (if on for ``t``'s device) stands aside,
+    so that operations run in the dtypes their inputs were given: for code that
+    chose its working dtype itself (float32 for a matrix exponential, a triangular
+    solve, a scan over numpy arrays), which autocast would lower to bfloat16."""
+    from .base import _autocast_on
+
+    kind = t.device.type
+    if not _autocast_on(kind):
+        return contextlib.nullcontext()
+    return torch.autocast(kind, enabled=False)
 
 
 def is_4d(t) -> bool:
