@@ -91,6 +91,9 @@ def attention(
     (and weights ``(b, h, i, j)`` when ``return_weights``). q, k, v must be finite,
     and q.k must not overflow (refused, where a kernel would return zeros or NaN).
 
+    * ``pe``: an encoding, None (none), or the registered name of one without
+      learned parameters (``"rope"``, ``"alibi"``), built for q's ``h`` heads of
+      ``d``.
     * ``q_pos``/``k_pos``: ``(i,)``/``(b|1, i)`` integers (coordinates ``(b|1, i, a)``
       when ``pe.coord_axes == a``); by default keys sit at ``0..j-1`` and queries at
       the last ``i`` of them (a KV cache).
@@ -105,6 +108,16 @@ def attention(
     * ``path``: "auto" ("fast" when the encoding allows it, else "slow"), "slow"
       (``reference_attention``), "fast" or "flex" (``posenc_lib.backends``).
     """
+    if isinstance(pe, str) and is_4d(q):  # a name: built with q's h heads of d
+        name, pe = pe, as_encoding(pe, q.shape[1] * q.shape[-1], q.shape[1])
+        if any(True for _ in pe.parameters()):
+            raise TypeError(
+                f"pe={name!r} has learned parameters: by name, attention() would "
+                "build a new, random one at every call; build it once "
+                f"(pl.make_encoding({name!r}, d_model, n_heads)) and pass it"
+            )
+    elif pe is not None and not isinstance(pe, (str, PositionalEncoding)):
+        as_encoding(pe, 1, 1)  # refuses it, naming what pe may be
     pe = _NO_PE if pe is None else pe
     b, h, i, j = check_qkv(q, k, v, scale_of(pe, q) if is_4d(q) else 1.0, x)
     if positions is None:

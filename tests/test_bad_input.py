@@ -672,3 +672,23 @@ def test_helpers_still_take_what_they_document():
         torch.tensor([1.0, 0.5])[:, None, None], torch.arange(3.0)[None]
     )
     assert bias.shape == (2, 1, 3)
+
+
+# ---- round 5: names, targets, devices ------------------------------------------------
+
+
+def test_attention_takes_an_encodings_name_as_the_layers_do():
+    """``pl.attention(q, k, v, pe="rope")`` raised AttributeError ('str' object has
+    no attribute 'scale'); the sizes come from q's shape (h heads of d)."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 1, 2, 5, 8)
+    by_name = pl.attention(q, k, v, pe="rope", causal=True)
+    built = pl.attention(q, k, v, pl.make_encoding("rope", 16, 2), causal=True)
+    torch.testing.assert_close(by_name, built)
+    # a learned encoding by name would be a new random table at every call
+    with pytest.raises(TypeError, match="learned parameters"):
+        pl.attention(q, k, v, pe="t5")
+    with pytest.raises(KeyError, match="not a registered encoding"):
+        pl.attention(q, k, v, pe="ropes")
+    with pytest.raises(TypeError, match="pe must be a PositionalEncoding"):
+        pl.attention(q, k, v, pe=3)
