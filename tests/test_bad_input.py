@@ -692,3 +692,38 @@ def test_attention_takes_an_encodings_name_as_the_layers_do():
         pl.attention(q, k, v, pe="ropes")
     with pytest.raises(TypeError, match="pe must be a PositionalEncoding"):
         pl.attention(q, k, v, pe=3)
+
+
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        (-1, r"targets must lie in \[0, 11\) or be -100"),
+        (11, r"targets must lie in \[0, 11\) or be -100"),
+    ],
+)
+def test_accuracy_and_evaluate_refuse_the_same_targets(bad, says):
+    """-1 padding or an id outside the vocabulary: ``pl.accuracy`` counted it as a
+    wrong prediction (a silent, lower score) while ``pl.evaluate`` raised PyTorch's
+    "Target -1 is out of bounds"; both now refuse it with one message."""
+    torch.manual_seed(0)
+    model = pl.TinyTransformer(11, 16, 2, 1)
+    tokens = torch.randint(0, 11, (2, 5))
+    targets = tokens.roll(-1, 1)
+    targets[0, -1] = -100  # ignored, as documented
+    assert 0 <= pl.accuracy(model, (tokens, targets)) <= 1
+    assert pl.evaluate(model, (tokens, targets)) > 0
+    targets[1, 2] = bad
+    for helper in (pl.accuracy, pl.evaluate):
+        with pytest.raises(ValueError, match=says):
+            helper(model, (tokens, targets))
+    for wrong, message in [
+        (targets.float(), "targets must be an integer tensor"),
+        (targets[:, :4], r"targets must have tokens' shape \(2, 5\)"),
+    ]:
+        for helper in (
+            pl.accuracy,
+            pl.evaluate,
+            lambda m, b: pl.train(m, lambda s: b, 1),
+        ):
+            with pytest.raises((TypeError, ValueError), match=message):
+                helper(model, (tokens, wrong))
