@@ -8,6 +8,8 @@
   or gated in token order while the causal mask followed the positions.
 """
 
+import math
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -177,3 +179,64 @@ def test_fox_gates_in_position_order(path):
     ref = pl.attention(q[:, :, o], k[:, :, o], v[:, :, o], pe, causal=True,
                        x=x[:, o], path=path)  # fmt: skip
     assert_close(out[:, :, o], ref)
+
+
+# ---- memory sized by what a call needs, not by the span of its positions ----
+
+
+@pytest.mark.parametrize("name", ["t5", "tener", "transformer_xl"])
+@pytest.mark.parametrize("path", ["slow", "auto"])
+def test_far_apart_positions_cost_what_the_tokens_need(name, path):
+    """Four tokens at [0, 1, 2, 10^6]: the relative tables were built over every
+    offset in the span (T5's per-offset bias, TENER's and Transformer-XL's
+    sinusoids), 2 * 10^6 rows; at 10^9, 16 GB. Now they cost a few KiB, and the
+    attention equals the one at [0, 1, 2, 50] wherever T5's buckets agree."""
+    torch.manual_seed(0)
+    pe = pl.make_encoding(name, 16, 2).double()
+    q, k, v = torch.randn(3, 1, 2, 4, 8, dtype=torch.float64)
+    far = torch.tensor([0, 1, 2, 10**6])
+    out, peak = pl.tensor_memory(
+        lambda: pl.attention(q, k, v, pe, far, far, causal=True, path=path)
+    )
+    assert peak < 2**16, peak
+    assert torch.isfinite(out).all()
+    if name == "t5":  # 10^6 and 500 share T5's last bucket
+        near = torch.tensor([0, 1, 2, 500])
+        assert_close(out, pl.attention(q, k, v, pe, near, near, causal=True))
+    else:  # each row against the sinusoids of its own offsets, built one by one
+        ref = _per_pair_reference(pe, q, k, v, far)
+        assert_close(out, ref)
+
+
+def _per_pair_reference(pe, q, k, v, pos):
+    """Attention with the bias of every (query, key) pair computed on its own."""
+    rows = []
+    for t in range(4):
+        row = [
+            pe.score_bias(q[:, :, t : t + 1], k[:, :, s : s + 1], pos[None, t : t + 1],
+                          pos[None, s : s + 1])[..., 0, 0]
+            for s in range(4)
+        ]  # fmt: skip
+        rows.append(torch.stack(row, -1))
+    bias = torch.stack(rows, -2)  # (b, h, i, j)
+    scores = torch.einsum("bhid,bhjd->bhij", q, k) * (pe.scale or 8**-0.5) + bias
+    scores = scores.masked_fill(~torch.ones(4, 4, dtype=torch.bool).tril(), -math.inf)
+    return scores.softmax(-1) @ v
+
+
+def test_t5_construction_costs_nothing_for_a_far_max_distance():
+    """``max_distance=10**9`` built an arange over every distance up to it to find
+    the band (8 GB); now a search over a few dozen distances, the same band."""
+    _, peak = pl.tensor_memory(lambda: pl.T5RelativeBias(2, max_distance=10**7))
+    assert peak < 2**16, peak
+    for bidirectional in (True, False):
+        for max_distance in (20, 128, 1000):
+            pe = pl.T5RelativeBias(2, 32, max_distance, bidirectional)
+            far = -torch.arange(max_distance + 1)
+            buckets = pl.t5_relative_bucket(far, bidirectional, 32, max_distance)
+            assert pe.band == int((buckets != buckets[-1]).sum())
+    pe = pl.T5RelativeBias(2, max_distance=10**9)
+    q, k, v = torch.randn(3, 1, 2, 300, 8)
+    out, peak = pl.tensor_memory(lambda: pl.attention(q, k, v, pe, causal=True))
+    assert peak < 2**22, peak
+    assert_close(out, pl.attention(q, k, v, pe, causal=True, path="slow"))
