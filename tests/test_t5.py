@@ -249,5 +249,7 @@ def test_attention_map_of_left_padded_rows():
     tokens = torch.randint(0, 11, (2, 6))
     pos = torch.stack([torch.arange(3, 9), torch.arange(6)])
     weights = model.attention_map(tokens, 0, pos)
-    alone = torch.cat([model.attention_map(tokens[r : r + 1], 0, pos[r]) for r in (0, 1)])
+    alone = torch.cat(
+        [model.attention_map(tokens[r : r + 1], 0, pos[r]) for r in (0, 1)]
+    )
     assert_close(weights, alone)
