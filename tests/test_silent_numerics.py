@@ -240,3 +240,52 @@ def test_t5_construction_costs_nothing_for_a_far_max_distance():
     out, peak = pl.tensor_memory(lambda: pl.attention(q, k, v, pe, causal=True))
     assert peak < 2**22, peak
     assert_close(out, pl.attention(q, k, v, pe, causal=True, path="slow"))
+
+
+# ---- an infinite bias and enormous log gates on the fused path ----
+
+
+def test_t5_with_a_far_bucket_of_minus_inf_is_right_on_the_default_path():
+    """A T5 table whose last bucket is -inf (attention cut beyond the band): the
+    fused band path recentred the bias on that bucket, c - (-inf), and answered NaN
+    everywhere; the reference is right. Forward and backward."""
+    torch.manual_seed(0)
+    pe = pl.T5RelativeBias(2, init_std=1.0)
+    with torch.no_grad():
+        pe.bias[15] = float("-inf")  # the far past of every head
+    attn = pl.MultiHeadAttention(16, 2, pe)
+    x = torch.randn(2, 200, 16)
+    outs, grads = [], []
+    for path in ("auto", "slow"):
+        pe.zero_grad()
+        out = attn(x, causal=True, path=path)
+        out.square().sum().backward()
+        outs.append(out)
+        grads.append(pe.bias.grad.clone())
+    assert torch.isfinite(outs[0]).all()
+    assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-4)
+    assert_close(grads[0], grads[1], atol=1e-4, rtol=1e-3)
+
+
+class _ClosingFox(pl.ForgettingAttention):
+    """FoX with log gates of about -1e37: every gate shut."""
+
+    def log_forget_gates(self, x):
+        return super().log_forget_gates(x) - 1e37
+
+
+@pytest.mark.parametrize("n", [64, 300])
+def test_fox_with_enormous_negative_log_gates_is_right_on_the_default_path(n):
+    """Log gates below about -5e36: the fused path's key term, recentred per block
+    in float32, overflowed to -inf - (-inf) and answered NaN; the reference is
+    right (every gate shut: each query sees its own value)."""
+    torch.manual_seed(0)
+    attn = pl.MultiHeadAttention(16, 2, _ClosingFox(16, 2))
+    x = torch.randn(1, n, 16)
+    fast = attn(x, causal=True)
+    slow = attn(x, causal=True, path="slow")
+    assert torch.isfinite(fast).all()
+    assert_close(fast, slow)
+    v = attn.w_v(x).view(1, n, 2, 8)
+    own = attn.w_o(v.reshape(1, n, 16))  # each query's own value
+    assert_close(fast, own)
