@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .utils import check_positive_int, module_device
+from .utils import as_device, check_positive_int, module_device
 
 __all__ = ["train", "evaluate", "accuracy", "Batch"]
 
@@ -29,9 +29,9 @@ def _model_device(model: torch.nn.Module, device: torch.device | None) -> torch.
     """The model's device; ``device``, if given, must be it (the helpers never move a
     model, see the module)."""
     here = module_device(model)
-    if device is not None and torch.device(device).type != here.type:
+    if device is not None and as_device(device).type != here.type:
         raise ValueError(
-            f"device={torch.device(device)} but the model is on {here}: move the model "
+            f"device={as_device(device)} but the model is on {here}: move the model "
             f"first (model.to(device)); the helpers compute where the model is and "
             "never move it"
         )

@@ -20,6 +20,7 @@ import torch
 __all__ = [
     "seed_everything",
     "get_device",
+    "as_device",
     "check_shape",
     "check_positive_int",
     "check_nonnegative_int",
@@ -61,15 +62,31 @@ def get_device(prefer: str | None = None) -> torch.device:
 
     ``POSENC_DEVICE=cpu`` in the environment forces a device (useful on a shared GPU).
     """
-    choice = prefer or os.environ.get("POSENC_DEVICE")
-    if choice is not None:
-        device = torch.device(choice)
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(
-                f"device {choice!r} was asked for but CUDA is not available"
-            )
-        return device
+    if prefer is not None:
+        return as_device(prefer, "prefer")
+    choice = os.environ.get("POSENC_DEVICE")
+    if choice:
+        return as_device(choice, "POSENC_DEVICE")
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def as_device(value: object, name: str = "device") -> torch.device:
+    """``value`` (a ``torch.device``, or a string such as ``"cpu"``, ``"cuda"``,
+    ``"cuda:0"``) as a ``torch.device``; a clear error naming ``name`` for anything
+    torch cannot read as one, and for CUDA where there is none (torch's own errors
+    came from deep inside the helper that took it)."""
+    if isinstance(value, torch.device):
+        return value
+    what = f"{name} must be a device such as 'cpu', 'cuda' or 'cuda:0'"
+    if not isinstance(value, str):
+        raise TypeError(f"{what}, got {type(value).__name__} ({value!r})")
+    try:
+        device = torch.device(value)
+    except RuntimeError:
+        raise ValueError(f"{what}, got {value!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{name}={value!r} was asked for but CUDA is not available")
+    return device
 
 
 def module_device(module: torch.nn.Module) -> torch.device:

@@ -727,3 +727,26 @@ def test_accuracy_and_evaluate_refuse_the_same_targets(bad, says):
         ):
             with pytest.raises((TypeError, ValueError), match=message):
                 helper(model, (tokens, wrong))
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:x", 3.5])
+def test_a_wrong_device_is_named_where_it_enters(device):
+    """A device string torch cannot read ("gpu", "cuda:x") or a device of another
+    type: PyTorch's "Expected one of cpu, cuda, ipu, xpu, ... device type" or
+    "arange() received an invalid combination of arguments" came from deep inside
+    each helper that takes a device; now one check names the argument."""
+    model = pl.TinyTransformer(11, 16, 2, 1)
+    batch = (torch.randint(0, 11, (1, 4)), torch.randint(0, 11, (1, 4)))
+    calls = {
+        "get_device": lambda: pl.get_device(device),
+        "evaluate": lambda: pl.evaluate(model, batch, device=device),
+        "accuracy": lambda: pl.accuracy(model, batch, device=device),
+        "train": lambda: pl.train(model, lambda s: batch, 1, device=device),
+        "as_positions": lambda: pl.as_positions(None, 1, 4, device=device),
+        "prepare": lambda: pl.prepare(pl.PositionalEncoding(), 1, 1, 4, 4,
+                                      device=device),
+    }  # fmt: skip
+    for name, call in calls.items():
+        with pytest.raises((TypeError, ValueError), match="must be a device") as info:
+            call()
+        assert "'cpu', 'cuda'" in str(info.value), (name, info.value)
