@@ -200,6 +200,7 @@ def copy_offset_batch(
     ``(length,)`` starting at ``start``, so a model can be tested at shifted
     absolute positions.
     """
+    check_positive_int(batch, "batch")
     check_positive_int(length, "length")
     check_positive_int(k, "k")
     check_positive_int(vocab_size, "vocab_size")

@@ -18,7 +18,13 @@ from typing import Callable, Hashable, Mapping
 
 import torch
 
-from .utils import as_device, check_bool_mask, check_integer, compiling
+from .utils import (
+    as_device,
+    check_bool_mask,
+    check_integer,
+    check_nonnegative_int,
+    compiling,
+)
 
 __all__ = [
     "as_positions",
@@ -285,6 +291,8 @@ def as_positions(
     """Integer positions as int64 ``(b, n)`` (or ``(b, n, axes)``); ``None`` means
     ``start .. start+n-1``. Negative positions are refused."""
     device = None if device is None else as_device(device)
+    check_nonnegative_int(b, "b")
+    check_nonnegative_int(n, "n")
     if pos is None and axes is None:
         return torch.arange(start, start + n, device=device).expand(b, n)
     if pos is None:

@@ -208,6 +208,19 @@ def check_bool_mask(mask: object, shape: tuple[int, ...], what: str) -> None:
         )
 
 
+def check_tensor(t: object, name: str, what: str = "") -> torch.Tensor:
+    """``t`` if it is a ``torch.Tensor``; else a ``TypeError`` naming ``name`` (a
+    list or a NumPy array got "'list' object has no attribute 'dim'" from inside a
+    helper). ``what`` says what the tensor holds, for the message."""
+    if not isinstance(t, torch.Tensor):
+        hint = f" ({what})" if what else ""
+        raise TypeError(
+            f"{name} must be a torch.Tensor{hint}, got {type(t).__name__}: "
+            f"convert it with torch.as_tensor({name})"
+        )
+    return t
+
+
 def check_integer(x: torch.Tensor, name: str, what: str = "positions") -> torch.Tensor:
     """Raise a ``TypeError`` naming ``name`` unless ``x`` has an integer dtype (not
     bool); a float position would be truncated or rotated by a wrong angle silently."""

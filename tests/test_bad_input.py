@@ -750,3 +750,99 @@ def test_a_wrong_device_is_named_where_it_enters(device):
         with pytest.raises((TypeError, ValueError), match="must be a device") as info:
             call()
         assert "'cpu', 'cuda'" in str(info.value), (name, info.value)
+
+
+def _freq8():
+    return pl.rope_inv_freq(8)[0]
+
+
+def _coords3():
+    return torch.zeros(3, 3, dtype=torch.long)
+
+
+def _unit(w):
+    return torch.nn.functional.normalize(w, dim=-1)
+
+
+# Round 5's sweep of the public helpers with wrong types and shapes (a list or an
+# array where a tensor is expected, one axis too few, another dtype, a negative
+# size): each answered with a raw framework error (AttributeError "'list' object
+# has no attribute 'dim'", IndexError, RuntimeError) from inside the helper.
+RAW_ROUND_5 = {
+    "alibi_bias on list positions": (
+        lambda: pl.alibi_bias(pl.alibi_slopes(2), [[0, 1, 2]], torch.arange(3)[None]),
+        "q_pos must be a torch.Tensor",
+    ),
+    "alibi_bias on array positions": (
+        lambda: pl.alibi_bias(pl.alibi_slopes(2), torch.arange(3)[None],
+                              torch.arange(3)[None].numpy()),
+        "k_pos must be a torch.Tensor",
+    ),
+    "augment_coords on a list": (
+        lambda: pl.augment_coords([[0.0, 1.0]], shift=0.1),
+        "coords must be a torch.Tensor",
+    ),
+    "apply_mrope with list frequencies": (
+        lambda: pl.apply_mrope(torch.randn(1, 1, 3, 8), _coords3(), _freq8().tolist(),
+                               pl.mrope_axes([2, 1, 1])),
+        "inv_freq must be a torch.Tensor",
+    ),
+    "apply_mrope with float axes": (
+        lambda: pl.apply_mrope(torch.randn(1, 1, 3, 8), _coords3(), _freq8(),
+                               pl.mrope_axes([2, 1, 1]).float()),
+        "axes must hold integer",
+    ),
+    "path_attention with integer v": (
+        lambda: pl.path_attention(*torch.randn(3, 1, 1, 4, 4)[:2],
+                                  torch.ones(1, 1, 4, 4, dtype=torch.long),
+                                  _unit(torch.randn(1, 1, 4, 4)), torch.rand(1, 1, 4)),
+        "v must have q's dtype",
+    ),
+    "rope_cos_sin on list positions": (
+        lambda: pl.rope_cos_sin([0, 1, 2], _freq8()),
+        "positions must be a torch.Tensor",
+    ),
+    "rope_cos_sin on a 0-d position": (
+        lambda: pl.rope_cos_sin(torch.tensor(3), _freq8()),
+        "positions must have at least one axis",
+    ),
+    "rope_cos_sin with list frequencies": (
+        lambda: pl.rope_cos_sin(torch.arange(3), _freq8().tolist()),
+        "inv_freq must be a torch.Tensor",
+    ),
+    "rotary_angles with list frequencies": (
+        lambda: pl.rotary_angles(torch.zeros(1, 3, 2, dtype=torch.long),
+                                 pl.axial_frequencies(8).tolist()),
+        "freqs must be a torch.Tensor",
+    ),
+    "apply_rotary_angles on a list": (
+        lambda: pl.apply_rotary_angles(torch.randn(1, 1, 4, 8).tolist(),
+                                       torch.zeros(4, 4)),
+        "x must be a torch.Tensor",
+    ),
+    "apply_rotary_angles with list angles": (
+        lambda: pl.apply_rotary_angles(torch.randn(1, 1, 4, 8),
+                                       torch.zeros(4, 4).tolist()),
+        "angles must be a torch.Tensor",
+    ),
+    "relative_index_2d on 1-D positions": (
+        lambda: pl.relative_index_2d(torch.arange(4), torch.arange(4), 4, 4),
+        "q_pos must be (row, column) coordinates",
+    ),
+    "as_positions with a negative batch": (
+        lambda: pl.as_positions(None, -2, 4),
+        "b must be >= 0",
+    ),
+    "copy_offset_batch with a negative batch": (
+        lambda: pl.copy_offset_batch(-3, 6, 2, 5, torch.Generator().manual_seed(0)),
+        "batch must be > 0",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(RAW_ROUND_5))
+def test_wrong_types_and_shapes_are_named_not_raw(case):
+    call, fragment = RAW_ROUND_5[case]
+    with pytest.raises((TypeError, ValueError)) as info:
+        call()
+    assert fragment in str(info.value), f"{case}: {info.value}"

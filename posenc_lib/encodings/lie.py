@@ -37,7 +37,7 @@ from torch import nn
 
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_finite, check_positive_int, exact_dtypes
+from ..utils import check_finite, check_positive_int, check_tensor, exact_dtypes
 from .vit import check_coords, example_grid
 
 __all__ = [
@@ -339,6 +339,7 @@ def augment_coords(
     positions, in this order: ``+ U(-shift, shift)`` per axis; ``* exp(U(-log J,
     log J))`` per axis (``jitter = J >= 1``); ``* exp(U(-log R, log R))`` shared
     (``rescale = R >= 1``). ``None`` skips a step."""
+    check_tensor(coords, "coords", "float coordinates (n, a)")
     if not coords.is_floating_point() or coords.dim() != 2:
         raise ValueError(f"coords must be float (n, a), got {coords.dtype} "
                          f"{tuple(coords.shape)}")  # fmt: skip

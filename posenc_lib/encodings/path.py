@@ -329,6 +329,8 @@ def path_attention(
             f"v must have shape (b, h, n, e) with (b, h, n) = {tuple(q.shape[:3])}, "
             f"got {tuple(getattr(v, 'shape', ()))}"
         )
+    if v.dtype != q.dtype:
+        raise TypeError(f"v must have q's dtype {q.dtype}, got {v.dtype}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
