@@ -829,6 +829,21 @@ RAW_ROUND_5 = {
         lambda: pl.relative_index_2d(torch.arange(4), torch.arange(4), 4, 4),
         "q_pos must be (row, column) coordinates",
     ),
+    "relative_index_2d on float coordinates (float indices, silently)": (
+        lambda: pl.relative_index_2d(torch.zeros(4, 2), torch.zeros(4, 2), 4, 4),
+        "q_pos must hold integer",
+    ),
+    "Shaw's score_bias on a 3-D q": (
+        lambda: pl.Shaw(8).score_bias(torch.randn(2, 4, 8), torch.randn(2, 4, 8),
+                                      torch.arange(4)[None], torch.arange(4)[None]),
+        "q must have shape (b, h, i, d)",
+    ),
+    "HuangMethod3's score_bias on a 3-D q": (
+        lambda: pl.HuangMethod3(4, 8).score_bias(
+            torch.randn(2, 4, 8), torch.randn(2, 4, 8), torch.arange(4)[None],
+            torch.arange(4)[None]),
+        "q must have shape (b, h, i, d)",
+    ),
     "as_positions with a negative batch": (
         lambda: pl.as_positions(None, -2, 4),
         "b must be >= 0",

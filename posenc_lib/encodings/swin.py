@@ -32,7 +32,7 @@ from torch import nn
 
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_heads, check_positive_int, check_tensor
+from ..utils import check_heads, check_integer, check_positive_int, check_tensor
 from .vit import _check_hw, check_coords, example_grid, grid_positions
 
 __all__ = ["swin_relative_position_index", "relative_index_2d", "SwinRelativeBias"]
@@ -56,6 +56,7 @@ def relative_index_2d(
                 f"{name} must be (row, column) coordinates (..., n, 2), got shape "
                 f"{tuple(pos.shape)}"
             )
+        check_integer(pos, name, "coordinates")
     # (dr, dc) = (r_i - r_j, c_i - c_j): query minus key
     rel = q_pos[..., :, None, :] - k_pos[..., None, :, :]  # (..., i, j, 2)
     reach = torch.tensor([window_h - 1, window_w - 1], device=rel.device)
