@@ -102,6 +102,8 @@ class CharCorpus:
     id stream."""
 
     def __init__(self, text: str):
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a string, got {type(text).__name__}")
         if len(text) < 2:
             raise ValueError("text must hold at least two characters")
         self.vocab = sorted(set(text))

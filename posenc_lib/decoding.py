@@ -24,6 +24,8 @@ import torch
 
 from .attention import attention
 from .encodings.rope import DynamicRotary, Rotary, apply_rope
+from .model import TinyTransformer
+from .utils import check_tensor
 
 __all__ = [
     "positions_from_mask",
@@ -34,7 +36,8 @@ __all__ = [
 
 
 def _check_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2:
+    check_tensor(attention_mask, "attention_mask", "(b, j) of 0/1")
+    if attention_mask.dim() != 2:
         raise ValueError(
             "attention_mask must be a (b, j) tensor of 0/1 (1 = real token), got "
             f"shape {tuple(getattr(attention_mask, 'shape', ()))}"
@@ -102,6 +105,10 @@ def forward_with_cache(
     ``step`` computes one attention layer (``rope_attention_step``; the chapter
     passes broken ones to show what they break).
     """
+    if not isinstance(model, TinyTransformer):
+        raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
+    check_tensor(tokens, "tokens", "(b, t) integer ids")
+    check_tensor(attention_mask, "attention_mask", "(b, cached + new) of 0/1")
     if not isinstance(model.pe, Rotary) or isinstance(model.pe, DynamicRotary):
         raise ValueError(
             "forward_with_cache needs a TinyTransformer whose pe is a Rotary with "

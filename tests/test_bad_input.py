@@ -7,6 +7,7 @@ a fragment of the message that names the argument)."""
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -861,3 +862,49 @@ def test_wrong_types_and_shapes_are_named_not_raw(case):
     with pytest.raises((TypeError, ValueError)) as info:
         call()
     assert fragment in str(info.value), f"{case}: {info.value}"
+
+
+# the rest of the sweep: the course's and the decoding helpers
+RAW_ROUND_5_HELPERS = {
+    "heatmap of a 3-D list": (lambda: pl.heatmap([[[1.0]]]), "2-D matrix"),
+    "color_for of a number": (lambda: pl.color_for(3), "name must be a string"),
+    "spec_inv_freq of a name": (
+        lambda: pl.spec_inv_freq("llama"),
+        "spec must be a RopeSpec",
+    ),
+    "forward_with_cache without a model": (
+        lambda: pl.forward_with_cache(None, torch.zeros(1, 2, dtype=torch.long),
+                                      None, torch.ones(1, 2)),
+        "model must be a TinyTransformer",
+    ),
+    "forward_with_cache on list tokens": (
+        lambda: pl.forward_with_cache(pl.TinyTransformer(5, 8, 2, 1, pe=pl.Rotary(4)),
+                                      [[1, 2]], None, torch.ones(1, 2)),
+        "tokens must be a torch.Tensor",
+    ),
+    "CharCorpus of a number": (lambda: pl.CharCorpus(3), "text must be a string"),
+    "positions_from_mask of a list": (
+        lambda: pl.positions_from_mask([[1, 1, 0]]),
+        "attention_mask must be a torch.Tensor",
+    ),
+    "interleaved_to_half of a list": (
+        lambda: pl.interleaved_to_half([[1.0] * 8] * 8, 2),
+        "tensor, got a list",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(RAW_ROUND_5_HELPERS))
+def test_the_helpers_name_wrong_types_too(case):
+    call, fragment = RAW_ROUND_5_HELPERS[case]
+    with pytest.raises((TypeError, ValueError)) as info:
+        call()
+    assert fragment in str(info.value), f"{case}: {info.value}"
+
+
+def test_heatmap_takes_a_nested_list_or_an_array():
+    import matplotlib.pyplot as plt
+
+    ax = pl.heatmap([[0.0, 1.0], [1.0, 0.0]])
+    pl.heatmap(np.eye(3), ax=ax)
+    plt.close("all")
