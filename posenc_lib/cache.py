@@ -88,8 +88,9 @@ class KVCache:
             raise TypeError(
                 f"this KVCache holds {self.k.dtype} keys and values on "
                 f"{self.k.device}, but the layer now computes in {k.dtype} on "
-                f"{k.device} (was the model cast or moved after the cache was "
-                "filled?): start again from model.new_cache(), or cast the model back"
+                f"{k.device} (was the model cast or moved, or autocast switched, after "
+                "the cache was filled?): start again from model.new_cache(), or cast "
+                "the model back"
             )
         if k.shape[:2] != self.k.shape[:2] or x.shape[-1] != self.x.shape[-1]:
             raise ValueError(

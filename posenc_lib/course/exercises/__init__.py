@@ -277,20 +277,22 @@ def call(fn: Any, *args: Any, desc: str, **kwargs: Any) -> Any:
 def _imaginary(value: Any) -> str | None:
     """Where ``value`` (a tensor, an array, a number, or a container of them) holds
     a complex number with a nonzero imaginary part, said in words; else None."""
-    if isinstance(value, (torch.Tensor, np.ndarray, complex, np.complexfloating)):
-        array = _as_array(value, "", "") if not isinstance(value, complex) else None
-        if array is None:
-            return f"number {value}" if value.imag else None
-        if np.iscomplexobj(array) and (array.imag != 0).any():
-            idx = tuple(int(i) for i in np.argwhere(array.imag != 0)[0])
-            kind = "tensor" if isinstance(value, torch.Tensor) else "array"
-            return f"{kind} (imaginary part {array.imag[idx]:.6g} at {idx})"
-        return None
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (complex, np.complexfloating)):
+        return f"number {value}" if value.imag else None
+    if isinstance(value, torch.Tensor) and value.is_complex():
+        kind, array = "tensor", value.detach().cpu().to(torch.complex128).numpy()
+    elif isinstance(value, np.ndarray) and np.iscomplexobj(value):
+        kind, array = "array", value.astype(complex)
+    elif isinstance(value, (list, tuple)):
         return next((w for w in map(_imaginary, value) if w is not None), None)
-    if isinstance(value, dict):
+    elif isinstance(value, dict):
         return _imaginary(list(value.values()))
-    return None
+    else:
+        return None
+    if not (array.imag != 0).any():
+        return None
+    idx = tuple(int(i) for i in np.argwhere(array.imag != 0)[0])
+    return f"{kind} (imaginary part {array.imag[idx]:.6g} at {idx})"
 
 
 def expect(condition: bool, message: str) -> None:
