@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from .backends import BACKENDS
-from .base import Context, PositionalEncoding, overrides
+from .base import Context, PositionalEncoding, _autocast_on, overrides
 from .positions import Positions, as_positions, prepare, prepare_step
 from .registry import as_encoding
 from .utils import check_head_split, check_qkv, check_same_device, is_4d
@@ -91,6 +91,9 @@ def attention(
     (and weights ``(b, h, i, j)`` when ``return_weights``). q, k, v must be finite,
     and q.k must not overflow (refused, where a kernel would return zeros or NaN).
 
+    * ``pe``: an encoding, None (none), or the registered name of one without
+      learned parameters (``"rope"``, ``"alibi"``), built for q's ``h`` heads of
+      ``d``.
     * ``q_pos``/``k_pos``: ``(i,)``/``(b|1, i)`` integers (coordinates ``(b|1, i, a)``
       when ``pe.coord_axes == a``); by default keys sit at ``0..j-1`` and queries at
       the last ``i`` of them (a KV cache).
@@ -105,6 +108,16 @@ def attention(
     * ``path``: "auto" ("fast" when the encoding allows it, else "slow"), "slow"
       (``reference_attention``), "fast" or "flex" (``posenc_lib.backends``).
     """
+    if isinstance(pe, str) and is_4d(q):  # a name: built with q's h heads of d
+        name, pe = pe, as_encoding(pe, q.shape[1] * q.shape[-1], q.shape[1])
+        if any(True for _ in pe.parameters()):
+            raise TypeError(
+                f"pe={name!r} has learned parameters: by name, attention() would "
+                "build a new, random one at every call; build it once "
+                f"(pl.make_encoding({name!r}, d_model, n_heads)) and pass it"
+            )
+    elif pe is not None and not isinstance(pe, (str, PositionalEncoding)):
+        as_encoding(pe, 1, 1)  # refuses it, naming what pe may be
     pe = _NO_PE if pe is None else pe
     b, h, i, j = check_qkv(q, k, v, scale_of(pe, q) if is_4d(q) else 1.0, x)
     if positions is None:
@@ -208,7 +221,7 @@ class MultiHeadAttention(nn.Module):
                 f"{tuple(getattr(x, 'shape', ()))}"
             )
         check_same_device(x, "x", self.w_q, "layer")
-        if x.dtype != self.w_q.weight.dtype:
+        if x.dtype != self.w_q.weight.dtype and not _autocast_on(x.device.type):
             raise TypeError(
                 f"x is {x.dtype} but this MultiHeadAttention holds "
                 f"{self.w_q.weight.dtype} parameters: cast one to the other "
@@ -216,6 +229,7 @@ class MultiHeadAttention(nn.Module):
             )
         b, n, _ = x.shape
         q, k, v = (self._split(w(x)) for w in (self.w_q, self.w_k, self.w_v))
+        x = x.to(q.dtype)  # autocast projects in a lower dtype: the hooks read x in it
         if cache is not None:  # the new queries against every key so far
             if inputs is not None or (positions is None and causal is not True):
                 raise ValueError(

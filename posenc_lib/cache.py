@@ -46,11 +46,20 @@ class KVCache:
         return 0 if self.k is None else self.k.shape[2]
 
     def claim(self, layer: object) -> None:
-        """Bind the cache to ``layer`` (its first user), or refuse another layer."""
-        owner = None if self._owner is None else self._owner()
-        if owner is None:
+        """Bind the cache to ``layer`` (its first user), or refuse another layer, and
+        a layer that no longer exists (a model built again: its keys are another
+        model's)."""
+        if self._owner is None:
             self._owner = weakref.ref(layer)
-        elif owner is not layer:
+            return
+        owner = self._owner()
+        if owner is None:
+            raise ValueError(
+                "this KVCache was made for an attention layer that no longer exists "
+                "(was the model built again?): it holds that layer's keys, wrong for "
+                "any other; start from the new model's model.new_cache()"
+            )
+        if owner is not layer:
             raise ValueError(
                 "this KVCache belongs to another attention layer (it holds that "
                 "layer's keys and values): give each layer its own KVCache, e.g. "
@@ -75,6 +84,14 @@ class KVCache:
         ``(b, n, D)``; the cache itself is not changed."""
         if self.k is None:
             return k, v, x
+        if k.dtype != self.k.dtype or k.device != self.k.device:
+            raise TypeError(
+                f"this KVCache holds {self.k.dtype} keys and values on "
+                f"{self.k.device}, but the layer now computes in {k.dtype} on "
+                f"{k.device} (was the model cast or moved, or autocast switched, after "
+                "the cache was filled?): start again from model.new_cache(), or cast "
+                "the model back"
+            )
         if k.shape[:2] != self.k.shape[:2] or x.shape[-1] != self.x.shape[-1]:
             raise ValueError(
                 f"this cache holds batch and heads {tuple(self.k.shape[:2])} and width "
@@ -84,6 +101,14 @@ class KVCache:
         k = torch.cat([self.k, k], dim=2)  # (b, h, j, d)
         v = torch.cat([self.v, v], dim=2)
         return k, v, torch.cat([self.x, x], dim=1)  # (b, j, D)
+
+    def state(self) -> tuple:
+        """What the cache holds, for ``restore``: a model rolls every block's cache
+        back when a later block refuses a step."""
+        return self.k, self.v, self.pos, self.x
+
+    def restore(self, state: tuple) -> None:
+        self.k, self.v, self.pos, self.x = state
 
     def store(self, k, v, pos, x) -> None:
         """Keep every token's ``k``, ``v`` ``(b, h, j, d)``, ``pos`` ``(1|b, j)`` and

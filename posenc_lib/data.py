@@ -102,6 +102,8 @@ class CharCorpus:
     id stream."""
 
     def __init__(self, text: str):
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a string, got {type(text).__name__}")
         if len(text) < 2:
             raise ValueError("text must hold at least two characters")
         self.vocab = sorted(set(text))
@@ -200,6 +202,7 @@ def copy_offset_batch(
     ``(length,)`` starting at ``start``, so a model can be tested at shifted
     absolute positions.
     """
+    check_positive_int(batch, "batch")
     check_positive_int(length, "length")
     check_positive_int(k, "k")
     check_positive_int(vocab_size, "vocab_size")

@@ -25,6 +25,8 @@ import torch
 from .attention import attention
 from .base import HOOKS, overrides
 from .encodings.rope import DynamicRotary, Rotary, apply_rope
+from .model import TinyTransformer
+from .utils import check_tensor
 
 __all__ = [
     "positions_from_mask",
@@ -35,7 +37,8 @@ __all__ = [
 
 
 def _check_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2:
+    check_tensor(attention_mask, "attention_mask", "(b, j) of 0/1")
+    if attention_mask.dim() != 2:
         raise ValueError(
             "attention_mask must be a (b, j) tensor of 0/1 (1 = real token), got "
             f"shape {tuple(getattr(attention_mask, 'shape', ()))}"
@@ -126,6 +129,10 @@ def forward_with_cache(model, tokens, pos, attention_mask, cache=None, step=None
     applies the rotation only, so an encoding that also masks or biases the scores
     is refused; the chapter passes broken steps to show what they break).
     """
+    if not isinstance(model, TinyTransformer):
+        raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
+    check_tensor(tokens, "tokens", "(b, t) integer ids")
+    check_tensor(attention_mask, "attention_mask", "(b, cached + new) of 0/1")
     _check_rope_blocks(model, step)
     step = rope_attention_step if step is None else step
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:

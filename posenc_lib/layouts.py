@@ -41,7 +41,12 @@ def _check(W: torch.Tensor, n_heads: int, who: str) -> tuple[int, int]:
     if not isinstance(W, torch.Tensor) or W.dim() not in (1, 2):
         raise ValueError(
             f"{who}: W must be a 2-D projection (n_heads*d_head, D) or a 1-D bias "
-            f"(n_heads*d_head,), got shape {tuple(getattr(W, 'shape', ()))}"
+            f"(n_heads*d_head,) tensor, got "
+            + (
+                f"shape {tuple(W.shape)}"
+                if isinstance(W, torch.Tensor)
+                else f"a {type(W).__name__}"
+            )
         )
     rows = W.shape[0]
     if rows % n_heads:

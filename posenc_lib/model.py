@@ -272,8 +272,14 @@ class TinyTransformer(nn.Module):
         x = self.embed(tokens)  # (b, n, D)
         ctx = Context(x=x, causal=True, positions=positions)
         x = self.pe.call_hook("encode_input", x, positions.q, ctx=ctx)
-        for block, layer_cache in zip(self.blocks, cache):
-            x = block(x, positions, cache=layer_cache)
+        saved = [c.state() for c in cache]
+        try:
+            for block, layer_cache in zip(self.blocks, cache):
+                x = block(x, positions, cache=layer_cache)
+        except BaseException:  # a later block refused: no cache keeps the step
+            for layer_cache, state in zip(cache, saved):
+                layer_cache.restore(state)
+            raise
         return self.ln_f(x)
 
     def attention_input(

@@ -18,7 +18,13 @@ from typing import Callable, Hashable, Mapping
 
 import torch
 
-from .utils import check_bool_mask, check_integer, compiling
+from .utils import (
+    as_device,
+    check_bool_mask,
+    check_integer,
+    check_nonnegative_int,
+    compiling,
+)
 
 __all__ = [
     "as_positions",
@@ -284,6 +290,9 @@ def as_positions(
 ) -> torch.Tensor:
     """Integer positions as int64 ``(b, n)`` (or ``(b, n, axes)``); ``None`` means
     ``start .. start+n-1``. Negative positions are refused."""
+    device = None if device is None else as_device(device)
+    check_nonnegative_int(b, "b")
+    check_nonnegative_int(n, "n")
     if pos is None and axes is None:
         return torch.arange(start, start + n, device=device).expand(b, n)
     if pos is None:
@@ -312,6 +321,7 @@ def prepare(
     check that depends on the call and not on the layer, run once, against what the
     encoding ``pe`` requires (``causal_only``, ``side_inputs``, ``coord_axes``).
     ``names``: the caller's names of the positions, for its errors."""
+    device = None if device is None else as_device(device)
     if pe.causal_only and causal is not True:
         raise ValueError(
             f"{type(pe).__name__} is defined for causal attention only: "

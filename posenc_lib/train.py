@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .utils import check_positive_int, module_device
+from .utils import as_device, check_positive_int, module_device
 
 __all__ = ["train", "evaluate", "accuracy", "Batch"]
 
@@ -29,9 +29,9 @@ def _model_device(model: torch.nn.Module, device: torch.device | None) -> torch.
     """The model's device; ``device``, if given, must be it (the helpers never move a
     model, see the module)."""
     here = module_device(model)
-    if device is not None and torch.device(device).type != here.type:
+    if device is not None and as_device(device).type != here.type:
         raise ValueError(
-            f"device={torch.device(device)} but the model is on {here}: move the model "
+            f"device={as_device(device)} but the model is on {here}: move the model "
             f"first (model.to(device)); the helpers compute where the model is and "
             "never move it"
         )
@@ -51,7 +51,36 @@ def _unpack(batch: object) -> Batch:
             + (f" of length {len(batch)}" if isinstance(batch, (tuple, list)) else "")
         )
     tokens, targets, *rest = batch
+    if (
+        targets.is_floating_point()
+        or targets.is_complex()
+        or targets.dtype == torch.bool
+    ):
+        raise TypeError(
+            f"targets must be an integer tensor of token ids, got {targets.dtype}"
+        )
+    if targets.shape != tokens.shape:
+        raise ValueError(
+            f"targets must have tokens' shape {tuple(tokens.shape)} (one target per "
+            f"token, -100 where none), got {tuple(targets.shape)}"
+        )
     return tokens, targets, (rest[0] if rest else None)
+
+
+def _scored(targets: torch.Tensor, vocab: int) -> torch.Tensor:
+    """The mask of scored targets (``!= -100``), after checking that every other
+    target is a token id ``0 .. vocab - 1``: one check for the loss and the accuracy
+    (a padding of -1 is neither, and was counted as a wrong prediction by one and
+    refused by PyTorch inside the other)."""
+    scored = targets != -100
+    bad = scored & ((targets < 0) | (targets >= vocab))
+    if bad.any():  # one sync
+        found = sorted(set(targets[bad].tolist()))
+        raise ValueError(
+            f"targets must lie in [0, {vocab}) or be -100 (ignored), got "
+            f"{', '.join(map(str, found[:5]))}{' ...' if len(found) > 5 else ''}"
+        )
+    return scored
 
 
 def _loss(
@@ -60,9 +89,9 @@ def _loss(
     tokens, targets, pos = _unpack(batch)
     pos = None if pos is None else pos.to(device)
     logits = model(tokens.to(device), pos, causal=causal)  # (b, n, V)
-    return F.cross_entropy(
-        logits.flatten(0, 1), targets.to(device).flatten(), ignore_index=-100
-    )
+    targets = targets.to(device)
+    _scored(targets, logits.shape[-1])
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
 
 
 def train(
@@ -166,9 +195,10 @@ def accuracy(
     for batch in _as_batches(batches):
         tokens, targets, pos = _unpack(batch)
         pos = None if pos is None else pos.to(device)
-        pred = model(tokens.to(device), pos, causal=causal).argmax(-1)  # (b, n)
+        logits = model(tokens.to(device), pos, causal=causal)  # (b, n, V)
+        pred = logits.argmax(-1)  # (b, n)
         targets = targets.to(device)
-        scored = targets != -100
+        scored = _scored(targets, logits.shape[-1])
         correct += int((pred[scored] == targets[scored]).sum())
         total += int(scored.sum())
     if total == 0:

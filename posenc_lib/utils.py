@@ -9,6 +9,7 @@ Shape legend used throughout ``posenc_lib`` (as in x-transformers, defined once)
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
@@ -19,6 +20,7 @@ import torch
 __all__ = [
     "seed_everything",
     "get_device",
+    "as_device",
     "check_shape",
     "check_positive_int",
     "check_nonnegative_int",
@@ -60,15 +62,31 @@ def get_device(prefer: str | None = None) -> torch.device:
 
     ``POSENC_DEVICE=cpu`` in the environment forces a device (useful on a shared GPU).
     """
-    choice = prefer or os.environ.get("POSENC_DEVICE")
-    if choice is not None:
-        device = torch.device(choice)
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(
-                f"device {choice!r} was asked for but CUDA is not available"
-            )
-        return device
+    if prefer is not None:
+        return as_device(prefer, "prefer")
+    choice = os.environ.get("POSENC_DEVICE")
+    if choice:
+        return as_device(choice, "POSENC_DEVICE")
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def as_device(value: object, name: str = "device") -> torch.device:
+    """``value`` (a ``torch.device``, or a string such as ``"cpu"``, ``"cuda"``,
+    ``"cuda:0"``) as a ``torch.device``; a clear error naming ``name`` for anything
+    torch cannot read as one, and for CUDA where there is none (torch's own errors
+    came from deep inside the helper that took it)."""
+    if isinstance(value, torch.device):
+        return value
+    what = f"{name} must be a device such as 'cpu', 'cuda' or 'cuda:0'"
+    if not isinstance(value, str):
+        raise TypeError(f"{what}, got {type(value).__name__} ({value!r})")
+    try:
+        device = torch.device(value)
+    except RuntimeError:
+        raise ValueError(f"{what}, got {value!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{name}={value!r} was asked for but CUDA is not available")
+    return device
 
 
 def module_device(module: torch.nn.Module) -> torch.device:
@@ -190,6 +208,19 @@ def check_bool_mask(mask: object, shape: tuple[int, ...], what: str) -> None:
         )
 
 
+def check_tensor(t: object, name: str, what: str = "") -> torch.Tensor:
+    """``t`` if it is a ``torch.Tensor``; else a ``TypeError`` naming ``name`` (a
+    list or a NumPy array got "'list' object has no attribute 'dim'" from inside a
+    helper). ``what`` says what the tensor holds, for the message."""
+    if not isinstance(t, torch.Tensor):
+        hint = f" ({what})" if what else ""
+        raise TypeError(
+            f"{name} must be a torch.Tensor{hint}, got {type(t).__name__}: "
+            f"convert it with torch.as_tensor({name})"
+        )
+    return t
+
+
 def check_integer(x: torch.Tensor, name: str, what: str = "positions") -> torch.Tensor:
     """Raise a ``TypeError`` naming ``name`` unless ``x`` has an integer dtype (not
     bool); a float position would be truncated or rotated by a wrong angle silently."""
@@ -225,6 +256,19 @@ def check_heads(
             + ("" if d_head is None else f", d_head={d_head}")
             + f"; got {tuple(t.shape)}"
         )
+
+
+def exact_dtypes(t: torch.Tensor):
+    """A context in which ``torch.autocast`` (if on for ``t``'s device) stands aside,
+    so that operations run in the dtypes their inputs were given: for code that
+    chose its working dtype itself (float32 for a matrix exponential, a triangular
+    solve, a scan over numpy arrays), which autocast would lower to bfloat16."""
+    from .base import _autocast_on
+
+    kind = t.device.type
+    if not _autocast_on(kind):
+        return contextlib.nullcontext()
+    return torch.autocast(kind, enabled=False)
 
 
 def is_4d(t) -> bool:

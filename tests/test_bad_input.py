@@ -7,6 +7,7 @@ a fragment of the message that names the argument)."""
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -672,3 +673,238 @@ def test_helpers_still_take_what_they_document():
         torch.tensor([1.0, 0.5])[:, None, None], torch.arange(3.0)[None]
     )
     assert bias.shape == (2, 1, 3)
+
+
+# ---- round 5: names, targets, devices ------------------------------------------------
+
+
+def test_attention_takes_an_encodings_name_as_the_layers_do():
+    """``pl.attention(q, k, v, pe="rope")`` raised AttributeError ('str' object has
+    no attribute 'scale'); the sizes come from q's shape (h heads of d)."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 1, 2, 5, 8)
+    by_name = pl.attention(q, k, v, pe="rope", causal=True)
+    built = pl.attention(q, k, v, pl.make_encoding("rope", 16, 2), causal=True)
+    torch.testing.assert_close(by_name, built)
+    # a learned encoding by name would be a new random table at every call
+    with pytest.raises(TypeError, match="learned parameters"):
+        pl.attention(q, k, v, pe="t5")
+    with pytest.raises(KeyError, match="not a registered encoding"):
+        pl.attention(q, k, v, pe="ropes")
+    with pytest.raises(TypeError, match="pe must be a PositionalEncoding"):
+        pl.attention(q, k, v, pe=3)
+
+
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        (-1, r"targets must lie in \[0, 11\) or be -100"),
+        (11, r"targets must lie in \[0, 11\) or be -100"),
+    ],
+)
+def test_accuracy_and_evaluate_refuse_the_same_targets(bad, says):
+    """-1 padding or an id outside the vocabulary: ``pl.accuracy`` counted it as a
+    wrong prediction (a silent, lower score) while ``pl.evaluate`` raised PyTorch's
+    "Target -1 is out of bounds"; both now refuse it with one message."""
+    torch.manual_seed(0)
+    model = pl.TinyTransformer(11, 16, 2, 1)
+    tokens = torch.randint(0, 11, (2, 5))
+    targets = tokens.roll(-1, 1)
+    targets[0, -1] = -100  # ignored, as documented
+    assert 0 <= pl.accuracy(model, (tokens, targets)) <= 1
+    assert pl.evaluate(model, (tokens, targets)) > 0
+    targets[1, 2] = bad
+    for helper in (pl.accuracy, pl.evaluate):
+        with pytest.raises(ValueError, match=says):
+            helper(model, (tokens, targets))
+    for wrong, message in [
+        (targets.float(), "targets must be an integer tensor"),
+        (targets[:, :4], r"targets must have tokens' shape \(2, 5\)"),
+    ]:
+        for helper in (
+            pl.accuracy,
+            pl.evaluate,
+            lambda m, b: pl.train(m, lambda s: b, 1),
+        ):
+            with pytest.raises((TypeError, ValueError), match=message):
+                helper(model, (tokens, wrong))
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:x", 3.5])
+def test_a_wrong_device_is_named_where_it_enters(device):
+    """A device string torch cannot read ("gpu", "cuda:x") or a device of another
+    type: PyTorch's "Expected one of cpu, cuda, ipu, xpu, ... device type" or
+    "arange() received an invalid combination of arguments" came from deep inside
+    each helper that takes a device; now one check names the argument."""
+    model = pl.TinyTransformer(11, 16, 2, 1)
+    batch = (torch.randint(0, 11, (1, 4)), torch.randint(0, 11, (1, 4)))
+    calls = {
+        "get_device": lambda: pl.get_device(device),
+        "evaluate": lambda: pl.evaluate(model, batch, device=device),
+        "accuracy": lambda: pl.accuracy(model, batch, device=device),
+        "train": lambda: pl.train(model, lambda s: batch, 1, device=device),
+        "as_positions": lambda: pl.as_positions(None, 1, 4, device=device),
+        "prepare": lambda: pl.prepare(pl.PositionalEncoding(), 1, 1, 4, 4,
+                                      device=device),
+    }  # fmt: skip
+    for name, call in calls.items():
+        with pytest.raises((TypeError, ValueError), match="must be a device") as info:
+            call()
+        assert "'cpu', 'cuda'" in str(info.value), (name, info.value)
+
+
+def _freq8():
+    return pl.rope_inv_freq(8)[0]
+
+
+def _coords3():
+    return torch.zeros(3, 3, dtype=torch.long)
+
+
+def _unit(w):
+    return torch.nn.functional.normalize(w, dim=-1)
+
+
+# Round 5's sweep of the public helpers with wrong types and shapes (a list or an
+# array where a tensor is expected, one axis too few, another dtype, a negative
+# size): each answered with a raw framework error (AttributeError "'list' object
+# has no attribute 'dim'", IndexError, RuntimeError) from inside the helper.
+RAW_ROUND_5 = {
+    "alibi_bias on list positions": (
+        lambda: pl.alibi_bias(pl.alibi_slopes(2), [[0, 1, 2]], torch.arange(3)[None]),
+        "q_pos must be a torch.Tensor",
+    ),
+    "alibi_bias on array positions": (
+        lambda: pl.alibi_bias(pl.alibi_slopes(2), torch.arange(3)[None],
+                              torch.arange(3)[None].numpy()),
+        "k_pos must be a torch.Tensor",
+    ),
+    "augment_coords on a list": (
+        lambda: pl.augment_coords([[0.0, 1.0]], shift=0.1),
+        "coords must be a torch.Tensor",
+    ),
+    "apply_mrope with list frequencies": (
+        lambda: pl.apply_mrope(torch.randn(1, 1, 3, 8), _coords3(), _freq8().tolist(),
+                               pl.mrope_axes([2, 1, 1])),
+        "inv_freq must be a torch.Tensor",
+    ),
+    "apply_mrope with float axes": (
+        lambda: pl.apply_mrope(torch.randn(1, 1, 3, 8), _coords3(), _freq8(),
+                               pl.mrope_axes([2, 1, 1]).float()),
+        "axes must hold integer",
+    ),
+    "path_attention with integer v": (
+        lambda: pl.path_attention(*torch.randn(3, 1, 1, 4, 4)[:2],
+                                  torch.ones(1, 1, 4, 4, dtype=torch.long),
+                                  _unit(torch.randn(1, 1, 4, 4)), torch.rand(1, 1, 4)),
+        "v must have q's dtype",
+    ),
+    "rope_cos_sin on list positions": (
+        lambda: pl.rope_cos_sin([0, 1, 2], _freq8()),
+        "positions must be a torch.Tensor",
+    ),
+    "rope_cos_sin on a 0-d position": (
+        lambda: pl.rope_cos_sin(torch.tensor(3), _freq8()),
+        "positions must have at least one axis",
+    ),
+    "rope_cos_sin with list frequencies": (
+        lambda: pl.rope_cos_sin(torch.arange(3), _freq8().tolist()),
+        "inv_freq must be a torch.Tensor",
+    ),
+    "rotary_angles with list frequencies": (
+        lambda: pl.rotary_angles(torch.zeros(1, 3, 2, dtype=torch.long),
+                                 pl.axial_frequencies(8).tolist()),
+        "freqs must be a torch.Tensor",
+    ),
+    "apply_rotary_angles on a list": (
+        lambda: pl.apply_rotary_angles(torch.randn(1, 1, 4, 8).tolist(),
+                                       torch.zeros(4, 4)),
+        "x must be a torch.Tensor",
+    ),
+    "apply_rotary_angles with list angles": (
+        lambda: pl.apply_rotary_angles(torch.randn(1, 1, 4, 8),
+                                       torch.zeros(4, 4).tolist()),
+        "angles must be a torch.Tensor",
+    ),
+    "relative_index_2d on 1-D positions": (
+        lambda: pl.relative_index_2d(torch.arange(4), torch.arange(4), 4, 4),
+        "q_pos must be (row, column) coordinates",
+    ),
+    "relative_index_2d on float coordinates (float indices, silently)": (
+        lambda: pl.relative_index_2d(torch.zeros(4, 2), torch.zeros(4, 2), 4, 4),
+        "q_pos must hold integer",
+    ),
+    "Shaw's score_bias on a 3-D q": (
+        lambda: pl.Shaw(8).score_bias(torch.randn(2, 4, 8), torch.randn(2, 4, 8),
+                                      torch.arange(4)[None], torch.arange(4)[None]),
+        "q must have shape (b, h, i, d)",
+    ),
+    "HuangMethod3's score_bias on a 3-D q": (
+        lambda: pl.HuangMethod3(4, 8).score_bias(
+            torch.randn(2, 4, 8), torch.randn(2, 4, 8), torch.arange(4)[None],
+            torch.arange(4)[None]),
+        "q must have shape (b, h, i, d)",
+    ),
+    "as_positions with a negative batch": (
+        lambda: pl.as_positions(None, -2, 4),
+        "b must be >= 0",
+    ),
+    "copy_offset_batch with a negative batch": (
+        lambda: pl.copy_offset_batch(-3, 6, 2, 5, torch.Generator().manual_seed(0)),
+        "batch must be > 0",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(RAW_ROUND_5))
+def test_wrong_types_and_shapes_are_named_not_raw(case):
+    call, fragment = RAW_ROUND_5[case]
+    with pytest.raises((TypeError, ValueError)) as info:
+        call()
+    assert fragment in str(info.value), f"{case}: {info.value}"
+
+
+# the rest of the sweep: the course's and the decoding helpers
+RAW_ROUND_5_HELPERS = {
+    "heatmap of a 3-D list": (lambda: pl.heatmap([[[1.0]]]), "2-D matrix"),
+    "color_for of a number": (lambda: pl.color_for(3), "name must be a string"),
+    "spec_inv_freq of a name": (
+        lambda: pl.spec_inv_freq("llama"),
+        "spec must be a RopeSpec",
+    ),
+    "forward_with_cache without a model": (
+        lambda: pl.forward_with_cache(None, torch.zeros(1, 2, dtype=torch.long),
+                                      None, torch.ones(1, 2)),
+        "model must be a TinyTransformer",
+    ),
+    "forward_with_cache on list tokens": (
+        lambda: pl.forward_with_cache(pl.TinyTransformer(5, 8, 2, 1, pe=pl.Rotary(4)),
+                                      [[1, 2]], None, torch.ones(1, 2)),
+        "tokens must be a torch.Tensor",
+    ),
+    "CharCorpus of a number": (lambda: pl.CharCorpus(3), "text must be a string"),
+    "positions_from_mask of a list": (
+        lambda: pl.positions_from_mask([[1, 1, 0]]),
+        "attention_mask must be a torch.Tensor",
+    ),
+    "interleaved_to_half of a list": (
+        lambda: pl.interleaved_to_half([[1.0] * 8] * 8, 2),
+        "tensor, got a list",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(RAW_ROUND_5_HELPERS))
+def test_the_helpers_name_wrong_types_too(case):
+    call, fragment = RAW_ROUND_5_HELPERS[case]
+    with pytest.raises((TypeError, ValueError)) as info:
+        call()
+    assert fragment in str(info.value), f"{case}: {info.value}"
+
+
+def test_heatmap_takes_a_nested_list_or_an_array():
+    import matplotlib.pyplot as plt
+
+    ax = pl.heatmap([[0.0, 1.0], [1.0, 0.0]])
+    pl.heatmap(np.eye(3), ax=ax)
+    plt.close("all")

@@ -223,3 +223,62 @@ def test_a_sliding_window_holds_token_by_token_past_the_window():
     wide = pl.TinyTransformer(11, 16, 2, 2, pe=[pl.Rotary(8), pl.Rotary(8)]).double()
     wide.load_state_dict(model.state_dict())
     assert (wide(tokens) - full)[:, 3:].abs().amax() > 1e-3  # the window matters
+
+
+def test_a_model_cast_between_prefill_and_decode_is_refused_naming_both_dtypes():
+    """A model cast to bfloat16 after its cache was filled in float32: the cached
+    keys were promoted silently, then PyTorch raised "Expected query, key, and value
+    to have the same dtype"; now the cache names its dtype and the layer's."""
+    torch.manual_seed(0)
+    model = pl.TinyTransformer(11, D_MODEL, N_HEADS, 2, pe="rope").eval()
+    cache = model.new_cache()
+    model(torch.randint(0, 11, (1, 5)), cache=cache)
+    model.to(torch.bfloat16)
+    with pytest.raises(TypeError, match=r"float32.*bfloat16|bfloat16.*float32"):
+        model(torch.randint(0, 11, (1, 1)), cache=cache)
+    assert [len(c) for c in cache] == [5, 5]
+    attn = pl.MultiHeadAttention(D_MODEL, N_HEADS, "rope")
+    single = pl.KVCache()
+    attn(torch.randn(1, 3, D_MODEL), causal=True, cache=single)
+    attn.double()
+    with pytest.raises(TypeError, match="KVCache holds torch.float32"):
+        attn(torch.randn(1, 1, D_MODEL, dtype=torch.float64), causal=True, cache=single)
+
+
+def test_the_cache_of_a_model_built_again_is_refused():
+    """Re-running the notebook cell that builds a model: the old model is gone, and
+    its cache (bound to it by a weak reference) was taken over by the new model,
+    which decoded against the old model's keys (0.33 off its own full forward)."""
+    import gc
+
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 11, (1, 6))
+    model = pl.TinyTransformer(11, D_MODEL, N_HEADS, 2, pe="rope").eval()
+    cache = model.new_cache()
+    model(tokens[:, :5], cache=cache)
+    del model
+    gc.collect()
+    model = pl.TinyTransformer(11, D_MODEL, N_HEADS, 2, pe="rope").eval()
+    with pytest.raises(ValueError, match="layer that no longer exists"):
+        model(tokens[:, 5:], cache=cache)
+    fresh = model.new_cache()  # the new model's own cache decodes as its forward
+    model(tokens[:, :5], cache=fresh)
+    assert_close(model(tokens[:, 5:], cache=fresh)[:, -1], model(tokens)[:, -1])
+
+
+def test_a_refusal_in_a_later_block_leaves_every_cache_as_it_was():
+    """A hybrid whose second block refuses the step (its T5 table in another dtype):
+    the first block had stored the step already, so the caches held different
+    numbers of tokens and every retry was refused."""
+    torch.manual_seed(0)
+    t5 = pl.make_encoding("t5", D_MODEL, N_HEADS)
+    model = pl.TinyTransformer(11, D_MODEL, N_HEADS, 2, pe=[pl.Rotary(8), t5]).eval()
+    tokens = torch.randint(0, 11, (1, 6))
+    cache = model.new_cache()
+    model(tokens[:, :4], cache=cache)
+    t5.double()
+    with pytest.raises(TypeError, match="T5RelativeBias holds torch.float64"):
+        model(tokens[:, 4:], cache=cache)
+    assert [len(c) for c in cache] == [4, 4]
+    t5.float()
+    assert_close(model(tokens[:, 4:], cache=cache), model(tokens)[:, 4:])

@@ -235,6 +235,46 @@ def test_an_answer_filled_with_nan_is_never_right():
     assert tried > 100, tried
 
 
+def _complex_filled(value, count: list):
+    """``value`` with every floating-point tensor, array and float made complex: its
+    real part the value, an imaginary part of 1 (counted in ``count[0]``)."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        count[0] += 1
+        return torch.complex(value.detach(), torch.ones_like(value.detach()))
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        count[0] += 1
+        return value + 1j
+    if isinstance(value, float):
+        count[0] += 1
+        return complex(value, 1.0)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_complex_filled(v, count) for v in value)
+    if isinstance(value, dict):
+        return {k: _complex_filled(v, count) for k, v in value.items()}
+    return value
+
+
+def test_a_complex_answer_is_not_right_because_its_real_part_is():
+    """For every check, the chapter's solution (where it runs on its own and is
+    right) with each float tensor it returns made complex, ``x + 1j``: "not yet".
+    (Nine checks said "right": the comparison kept the real part only.)"""
+    right, tried = [], 0
+    for label, solution in sorted(solutions().items()):
+        if solution is None or not verify(label, solution).passed:
+            continue
+        count = [0]
+        if callable(solution) and not isinstance(solution, (type, torch.nn.Module)):
+            answer = lambda *a, _s=solution, **kw: _complex_filled(_s(*a, **kw), count)
+        else:
+            answer = _complex_filled(solution, count)
+        result = verify(label, answer)
+        tried += count[0] > 0
+        if count[0] and result.passed:
+            right.append(label)
+    assert not right, f"complex answers judged right: {right}"
+    assert tried > 20, tried
+
+
 def test_a_right_answer_that_changes_its_inputs_is_still_right():
     """A solution that, after computing its answer, reshapes its tensor inputs in
     place (``pos.unsqueeze_(-1)``) is still right: the check hands it copies."""

@@ -197,3 +197,69 @@ def test_a_model_trains_under_autocast(name):
     assert all(
         p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters()
     )
+
+
+@pytest.mark.parametrize("name", [None] + NAMES)
+def test_a_layer_on_its_own_runs_under_autocast(name):
+    """``MultiHeadAttention`` called on its own under CPU autocast: its projections
+    give bfloat16 q, k, v while x stays float32, and the boundary refused every
+    encoding, none included ("x must have q's dtype"). The output is within
+    bfloat16's rounding of the float32 layer's."""
+    torch.manual_seed(0)
+    pe = None if name is None else build(name)
+    attn = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe, input_encoded=True)
+    probe = pe or pl.PositionalEncoding()
+    pos, inputs, x = example(probe, "cpu")
+    causal = probe.causal_only
+    with torch.no_grad():
+        ref = attn(x, pos, causal=causal, inputs=inputs)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = attn(x, pos, causal=causal, inputs=inputs)
+    assert torch.isfinite(out.float()).all()
+    err = float((out.float() - ref).abs().max())
+    assert err <= 8 * TOL[torch.bfloat16] * float(ref.detach().abs().max()), err
+
+
+@pytest.mark.parametrize("n", [65, 130])
+@pytest.mark.parametrize("name", ["path", "path_fox"])
+def test_path_trains_under_autocast_beyond_one_chunk(name, n):
+    """PaTH's chunked scores under autocast from the second chunk of 64 tokens on:
+    autocast ran their matrix products in bfloat16 and the in-place update of a
+    float32 block failed ("Input dtypes must be the same")."""
+    torch.manual_seed(0)
+    model = pl.TinyTransformer(16, 32, 4, 1, pe=name)
+    tokens = torch.randint(0, 16, (1, n))
+    ref = model(tokens)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(tokens)
+    logits.float().sum().backward()
+    assert torch.isfinite(logits.float()).all()
+    assert all(
+        p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters()
+    )
+    err = float((logits.detach().float() - ref.detach()).abs().max())
+    assert err <= 8 * TOL[torch.bfloat16] * float(ref.detach().abs().max()), err
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("n", [8, 70])
+def test_cope_trains_under_autocast(n, compiled, monkeypatch):
+    """CoPE's blocks under autocast, with the compiled scan (numba cannot read a
+    bfloat16 array: "Got unsupported ScalarType BFloat16") and with torch's
+    operations: they compute in float32, whatever autocast would choose."""
+    from posenc_lib.encodings import cope
+
+    monkeypatch.setattr(cope, "COMPILED_SCAN", compiled)
+    torch.manual_seed(0)
+    model = pl.TinyTransformer(16, 32, 4, 1, pe=pl.make_encoding("cope", 32, 4, 128))
+    tokens = torch.randint(0, 16, (2, n))
+    ref = model(tokens)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(tokens)
+    logits.float().sum().backward()
+    assert torch.isfinite(logits.float()).all()
+    assert all(
+        p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters()
+    )
+    err = float((logits.detach().float() - ref.detach()).abs().max())
+    assert err <= 8 * TOL[torch.bfloat16] * float(ref.detach().abs().max()), err

@@ -8,6 +8,8 @@
   or gated in token order while the causal mask followed the positions.
 """
 
+import math
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -177,3 +179,113 @@ def test_fox_gates_in_position_order(path):
     ref = pl.attention(q[:, :, o], k[:, :, o], v[:, :, o], pe, causal=True,
                        x=x[:, o], path=path)  # fmt: skip
     assert_close(out[:, :, o], ref)
+
+
+# ---- memory sized by what a call needs, not by the span of its positions ----
+
+
+@pytest.mark.parametrize("name", ["t5", "tener", "transformer_xl"])
+@pytest.mark.parametrize("path", ["slow", "auto"])
+def test_far_apart_positions_cost_what_the_tokens_need(name, path):
+    """Four tokens at [0, 1, 2, 10^6]: the relative tables were built over every
+    offset in the span (T5's per-offset bias, TENER's and Transformer-XL's
+    sinusoids), 2 * 10^6 rows; at 10^9, 16 GB. Now they cost a few KiB, and the
+    attention equals the one at [0, 1, 2, 50] wherever T5's buckets agree."""
+    torch.manual_seed(0)
+    pe = pl.make_encoding(name, 16, 2).double()
+    q, k, v = torch.randn(3, 1, 2, 4, 8, dtype=torch.float64)
+    far = torch.tensor([0, 1, 2, 10**6])
+    out, peak = pl.tensor_memory(
+        lambda: pl.attention(q, k, v, pe, far, far, causal=True, path=path)
+    )
+    assert peak < 2**16, peak
+    assert torch.isfinite(out).all()
+    if name == "t5":  # 10^6 and 500 share T5's last bucket
+        near = torch.tensor([0, 1, 2, 500])
+        assert_close(out, pl.attention(q, k, v, pe, near, near, causal=True))
+    else:  # each row against the sinusoids of its own offsets, built one by one
+        ref = _per_pair_reference(pe, q, k, v, far)
+        assert_close(out, ref)
+
+
+def _per_pair_reference(pe, q, k, v, pos):
+    """Attention with the bias of every (query, key) pair computed on its own."""
+    rows = []
+    for t in range(4):
+        row = [
+            pe.score_bias(q[:, :, t : t + 1], k[:, :, s : s + 1], pos[None, t : t + 1],
+                          pos[None, s : s + 1])[..., 0, 0]
+            for s in range(4)
+        ]  # fmt: skip
+        rows.append(torch.stack(row, -1))
+    bias = torch.stack(rows, -2)  # (b, h, i, j)
+    scores = torch.einsum("bhid,bhjd->bhij", q, k) * (pe.scale or 8**-0.5) + bias
+    scores = scores.masked_fill(~torch.ones(4, 4, dtype=torch.bool).tril(), -math.inf)
+    return scores.softmax(-1) @ v
+
+
+def test_t5_construction_costs_nothing_for_a_far_max_distance():
+    """``max_distance=10**9`` built an arange over every distance up to it to find
+    the band (8 GB); now a search over a few dozen distances, the same band."""
+    _, peak = pl.tensor_memory(lambda: pl.T5RelativeBias(2, max_distance=10**7))
+    assert peak < 2**16, peak
+    for bidirectional in (True, False):
+        for max_distance in (20, 128, 1000):
+            pe = pl.T5RelativeBias(2, 32, max_distance, bidirectional)
+            far = -torch.arange(max_distance + 1)
+            buckets = pl.t5_relative_bucket(far, bidirectional, 32, max_distance)
+            assert pe.band == int((buckets != buckets[-1]).sum())
+    pe = pl.T5RelativeBias(2, max_distance=10**9)
+    q, k, v = torch.randn(3, 1, 2, 300, 8)
+    out, peak = pl.tensor_memory(lambda: pl.attention(q, k, v, pe, causal=True))
+    assert peak < 2**22, peak
+    assert_close(out, pl.attention(q, k, v, pe, causal=True, path="slow"))
+
+
+# ---- an infinite bias and enormous log gates on the fused path ----
+
+
+def test_t5_with_a_far_bucket_of_minus_inf_is_right_on_the_default_path():
+    """A T5 table whose last bucket is -inf (attention cut beyond the band): the
+    fused band path recentred the bias on that bucket, c - (-inf), and answered NaN
+    everywhere; the reference is right. Forward and backward."""
+    torch.manual_seed(0)
+    pe = pl.T5RelativeBias(2, init_std=1.0)
+    with torch.no_grad():
+        pe.bias[15] = float("-inf")  # the far past of every head
+    attn = pl.MultiHeadAttention(16, 2, pe)
+    x = torch.randn(2, 200, 16)
+    outs, grads = [], []
+    for path in ("auto", "slow"):
+        pe.zero_grad()
+        out = attn(x, causal=True, path=path)
+        out.square().sum().backward()
+        outs.append(out)
+        grads.append(pe.bias.grad.clone())
+    assert torch.isfinite(outs[0]).all()
+    assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-4)
+    assert_close(grads[0], grads[1], atol=1e-4, rtol=1e-3)
+
+
+class _ClosingFox(pl.ForgettingAttention):
+    """FoX with log gates of about -1e37: every gate shut."""
+
+    def log_forget_gates(self, x):
+        return super().log_forget_gates(x) - 1e37
+
+
+@pytest.mark.parametrize("n", [64, 300])
+def test_fox_with_enormous_negative_log_gates_is_right_on_the_default_path(n):
+    """Log gates below about -5e36: the fused path's key term, recentred per block
+    in float32, overflowed to -inf - (-inf) and answered NaN; the reference is
+    right (every gate shut: each query sees its own value)."""
+    torch.manual_seed(0)
+    attn = pl.MultiHeadAttention(16, 2, _ClosingFox(16, 2))
+    x = torch.randn(1, n, 16)
+    fast = attn(x, causal=True)
+    slow = attn(x, causal=True, path="slow")
+    assert torch.isfinite(fast).all()
+    assert_close(fast, slow)
+    v = attn.w_v(x).view(1, n, 2, 8)
+    own = attn.w_o(v.reshape(1, n, 16))  # each query's own value
+    assert_close(fast, own)

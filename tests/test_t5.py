@@ -215,3 +215,41 @@ def test_bias_inside_attention_equals_the_bucket_grid_on_every_path():
             for path in ("fast", "slow"):
                 out = pl.attention(q, k, v, pe, pos, pos, causal=causal, path=path)
                 assert_close(out, want.softmax(-1) @ v)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("path", ["slow", "auto"])
+def test_rows_that_start_at_different_positions_are_each_right(causal, path):
+    """Left-padded prompts: each row a run of its own (3 .. 8 and 0 .. 5, queries
+    the whole row or its last 2). The batch's attention equals the one of each row
+    alone (the offset table was taken over the whole batch's range and read as a
+    Toeplitz matrix: a raw size error on the reference path, every non-causal call
+    and attention_map)."""
+    torch.manual_seed(0)
+    pe = pl.T5RelativeBias(2, init_std=1.0).double()
+    q, k, v = torch.randn(3, 2, 2, 6, 4, dtype=torch.float64)
+    pos = torch.stack([torch.arange(3, 9), torch.arange(6)])
+    for q_pos, n_q in [(pos, 6), (pos[:, 4:], 2)]:
+        qq = q[:, :, -n_q:]
+        args = dict(causal=causal, path=path)
+        batch = pl.attention(qq, k, v, pe, q_pos, pos, **args)
+        rows = torch.cat(
+            [
+                pl.attention(qq[r : r + 1], k[r : r + 1], v[r : r + 1], pe,
+                             q_pos[r : r + 1], pos[r : r + 1], **args)
+                for r in range(2)
+            ]
+        )  # fmt: skip
+        assert_close(batch, rows)
+
+
+def test_attention_map_of_left_padded_rows():
+    torch.manual_seed(0)
+    model = pl.TinyTransformer(11, 16, 2, 1, pe="t5").eval()
+    tokens = torch.randint(0, 11, (2, 6))
+    pos = torch.stack([torch.arange(3, 9), torch.arange(6)])
+    weights = model.attention_map(tokens, 0, pos)
+    alone = torch.cat(
+        [model.attention_map(tokens[r : r + 1], 0, pos[r]) for r in (0, 1)]
+    )
+    assert_close(weights, alone)

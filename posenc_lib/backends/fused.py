@@ -144,11 +144,17 @@ def band_bias_blocks(q, k, v, c, scale) -> torch.Tensor:
 
     Nothing ``n x n`` is built or kept. ``(b, h, i, e)``."""
     i, j = q.shape[2], k.shape[2]
-    # c[:, r] - c[:, W] for the distances this call holds (at most j - 1)
-    near = (c[:, :-1] - c[:, -1:])[:, :j].to(q.dtype)  # (h|1, W)
+    # c[:, r] - c[:, W] for the distances this call holds (at most j - 1); a head
+    # whose c[:, W] is -inf (no attention beyond the band) keeps c as it is and
+    # -inf beyond the band, where c - (-inf) would be inf or NaN
+    far = c[:, -1:]  # (h|1, 1)
+    finite = torch.isfinite(far)
+    near = torch.where(finite, c[:, :-1] - far, c[:, :-1])[:, :j].to(q.dtype)
+    beyond = torch.zeros_like(far).masked_fill(~finite, float("-inf")).to(q.dtype)
     if q.device.type == "cpu" and hasattr(torch.ops.aten, _CPU_FLASH):
-        return _BandBiasFlash.apply(q, k, v, near, scale)
-    band = _distance_band(near, min(BAND_BLOCK, i), j)  # (1, h|1, rows, j + rows)
+        return _BandBiasFlash.apply(q, k, v, near, scale, beyond)
+    rows = min(BAND_BLOCK, i)
+    band = _distance_band(near, rows, j, beyond)  # (1, h|1, rows, j + rows)
     return recomputed_blocks(_band_block, BAND_BLOCK, q, k, v, band, scale)
 
 
@@ -199,12 +205,12 @@ class _BandBiasFlash(torch.autograd.Function):
     o))``, and the diagonals summed through a strided view."""
 
     @staticmethod
-    def forward(ctx, q, k, v, near, scale):
+    def forward(ctx, q, k, v, near, scale, beyond=None):
         kernel = getattr(torch.ops.aten, _CPU_FLASH)
         i, j, e = q.shape[2], k.shape[2], v.shape[-1]
         q_, k_, values = _as_wide(q, k, v)  # the kernel wants them equally wide
         # (1, h|1, rows, j + rows): rows for the kernel's blocks and the gradient's
-        band = _distance_band(near, max(min(BAND_BLOCK, i), BAND_ROWS), j)
+        band = _distance_band(near, max(min(BAND_BLOCK, i), BAND_ROWS), j, beyond)
         outs, lses = [], []
         with _flushed():
             for start in range(0, i, BAND_BLOCK):
@@ -246,7 +252,7 @@ class _BandBiasFlash(torch.autograd.Function):
         d_near = None
         if ctx.needs_input_grad[3]:
             d_near = _band_gradient(q, k, v, grad, out[..., :e], lse, band, ctx)
-        return dq, dk, dv, d_near, None
+        return dq, dk, dv, d_near, None, None
 
 
 BAND_ROWS = 32  # queries per row of the band gradient's batch (measured)
@@ -290,14 +296,18 @@ def _band_gradient(q, k, v, grad, out, lse, band, ctx) -> torch.Tensor:
     return d_near if band.shape[1] != 1 else d_near.sum(0, keepdim=True)
 
 
-def _distance_band(near, rows: int, j: int) -> torch.Tensor:
+def _distance_band(near, rows: int, j: int, beyond=None) -> torch.Tensor:
     """``(1, h|1, rows, j + rows)``: for a query ``r`` of a block and column ``c``
     (key ``c - j + offset`` of a block at key offset ``offset``), the bias at
-    distance ``r + j - c``: ``near[:, r + j - c]`` within the band, 0 beyond it,
-    ``-inf`` for a later key. A Toeplitz matrix: windows of one line of values."""
+    distance ``r + j - c``: ``near[:, r + j - c]`` within the band, ``beyond``
+    ``(h|1, 1)`` beyond it (0 unless given: -inf for a head that attends to
+    nothing there), ``-inf`` for a later key. A Toeplitz matrix: windows of one
+    line of values."""
     hh, width = near.shape
     # line[x] = the bias at distance j + rows - 1 - x, for x = 0 .. j + 2 rows - 2
     far = near.new_zeros(hh, max(j + rows - width, 0))  # distances from W on: 0
+    if beyond is not None:
+        far = far + beyond  # or -inf
     future = near.new_full((hh, rows - 1), float("-inf"))  # distances -1 .. 1 - rows
     line = torch.cat([far, near.flip(-1)[:, -(j + rows) :], future], dim=-1)
     # band[r, c] = line[c - r + rows - 1]: window rows - 1 - r of the line

@@ -823,6 +823,11 @@ MLA_DEEPSEEK_V3 = {
 def spec_inv_freq(spec: RopeSpec) -> tuple[torch.Tensor, float]:
     """``(inv_freq, attention_factor)`` of one layer kind: ``(r/2,)`` with r the
     rotated dimensions (``rotary_dim``, else ``d_head``)."""
+    if not isinstance(spec, RopeSpec):
+        raise TypeError(
+            "spec must be a RopeSpec (a layer kind of pl.DEPLOYED_MODELS), got "
+            f"{type(spec).__name__}"
+        )
     return rope_inv_freq(
         spec.rotary_dim or spec.d_head, spec.base, spec.scaling, **spec.params
     )

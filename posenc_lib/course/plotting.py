@@ -46,6 +46,8 @@ COLORS: dict[str, str] = {
 def color_for(name: str) -> str:
     """The colour of an encoding: its own from ``COLORS`` (also for variants like
     ``rope_ntk``), else a stable pick from matplotlib's tab20 palette."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a string (an encoding's), got {name!r}")
     if name in COLORS:
         return COLORS[name]
     for key, value in COLORS.items():
@@ -85,7 +87,16 @@ def heatmap(
     colorbar: bool = True,
     **kwargs,
 ) -> plt.Axes:
-    """Draw a 2-D tensor as an image with labelled axes; returns the axes."""
+    """Draw a 2-D tensor (or array, or nested list) as an image with labelled axes;
+    returns the axes."""
+    if not isinstance(matrix, torch.Tensor):
+        try:
+            matrix = torch.as_tensor(matrix, dtype=torch.float64)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(
+                "matrix must be a 2-D tensor, array or nested list of numbers, got "
+                f"{type(matrix).__name__}"
+            ) from None
     if matrix.dim() != 2:
         raise ValueError(f"heatmap needs a 2-D matrix, got shape {tuple(matrix.shape)}")
     ax = ax or plt.gca()

@@ -27,7 +27,7 @@ import torch
 from ..base import PositionalEncoding
 from ..positions import relative_offsets
 from ..registry import register
-from ..utils import check_finite, check_heads, check_positive_int
+from ..utils import check_finite, check_heads, check_positive_int, check_tensor
 
 __all__ = ["ALiBi", "alibi_slopes", "alibi_bias", "linear_bias"]
 
@@ -97,6 +97,8 @@ def alibi_bias(
     ``-m_h (i - j)``, or ``-m_h |i - j|`` when ``symmetric``; in the slopes' dtype.
     """
     check_finite(slopes, "slopes")
+    check_tensor(q_pos, "q_pos", "integer positions (b|1, i)")
+    check_tensor(k_pos, "k_pos", "integer positions (b|1, j)")
     if slopes.dim() != 1:
         raise ValueError(f"slopes must be 1-D (h,), got shape {tuple(slopes.shape)}")
     return _alibi_bias(slopes, q_pos, k_pos, symmetric)

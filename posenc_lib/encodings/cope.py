@@ -42,7 +42,7 @@ from torch import nn
 
 from ..base import Context, PositionalEncoding
 from ..registry import register
-from ..utils import check_finite, check_positive_int
+from ..utils import check_finite, check_positive_int, exact_dtypes
 
 __all__ = ["CoPE", "cope_positions", "cope_bias"]
 
@@ -329,6 +329,11 @@ class _CoPEBlocks(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_out):
+        with exact_dtypes(d_out):  # in the forward's dtypes, under autocast too
+            return _CoPEBlocks._backward(ctx, d_out)
+
+    @staticmethod
+    def _backward(ctx, d_out):
         q, k, v, table, out, lse = ctx.saved_tensors  # k, v newest first
         scale, n_positions = ctx.scale, table.shape[0]
         i = q.shape[1]
@@ -517,13 +522,14 @@ class CoPE(PositionalEncoding):
         work = torch.promote_types(
             torch.promote_types(q.dtype, self.pos_emb.dtype), torch.float32
         )
-        out = _CoPEBlocks.apply(
-            q.reshape(b * h, i, d).to(work),  # (B, i, d), B = b h
-            k.reshape(b * h, j, d).to(work),  # (B, j, d)
-            v.reshape(b * h, j, e).to(work),  # (B, j, e)
-            self.pos_emb.to(work),  # (P, d)
-            scale,
-        )  # (B, i, e)
+        with exact_dtypes(q):  # the blocks compute in work, whatever autocast says
+            out = _CoPEBlocks.apply(
+                q.reshape(b * h, i, d).to(work),  # (B, i, d), B = b h
+                k.reshape(b * h, j, d).to(work),  # (B, j, d)
+                v.reshape(b * h, j, e).to(work),  # (B, j, e)
+                self.pos_emb.to(work),  # (P, d)
+                scale,
+            )  # (B, i, e)
         return out.view(b, h, i, e).to(v.dtype)
 
     def extra_repr(self) -> str:

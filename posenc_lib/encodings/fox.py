@@ -238,8 +238,15 @@ class ForgettingAttention(PositionalEncoding):
         The fused backend calls it for causal calls in token order only, where the
         position order is the token order."""
         log_f = self._gates_of_call(q, k, ctx)  # (b, h, j)
+        # The kernel reads w_j - w_m (m a block's middle key) in q's dtype, times
+        # 1/scale: over j keys it stays finite if every log gate is >= -G, G =
+        # max / (4 j / scale). A gate below -G (about -3e35 for 100 tokens in
+        # float32) is taken as -G: the keys it shuts weigh exp(-G) = 0 either way
+        # (unless the scores themselves reach G), where -inf - (-inf) was NaN.
+        scale = self.scale or q.shape[-1] ** -0.5
+        floor = -torch.finfo(q.dtype).max * scale / (4 * k.shape[2])
         # w_j = -c_j = -sum_{l<=j} log f_l
-        return -log_f.double().cumsum(-1)  # (b, h, j)
+        return -log_f.double().clamp(min=floor).cumsum(-1)  # (b, h, j)
 
     def score_mod(
         self, q_pos: torch.Tensor, k_pos: torch.Tensor, ctx: Context

@@ -101,6 +101,8 @@ class _HuangTable(PositionalEncoding):
         return self.scale if self.scale is not None else 1.0 / math.sqrt(d)
 
     def _check_width(self, q: torch.Tensor) -> None:
+        if q.dim() != 4:
+            raise ValueError(f"q must have shape (b, h, i, d), got {tuple(q.shape)}")
         if q.shape[-1] != self.width:
             raise ValueError(
                 f"q has head dimension {q.shape[-1]}, but this {type(self).__name__} "

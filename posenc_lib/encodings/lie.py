@@ -37,7 +37,7 @@ from torch import nn
 
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_finite, check_positive_int
+from ..utils import check_finite, check_positive_int, check_tensor, exact_dtypes
 from .vit import check_coords, example_grid
 
 __all__ = [
@@ -122,12 +122,13 @@ def lie_rotation(
         )
     work = torch.promote_types(generators.dtype, torch.float32)  # matrix_exp's
     p, gens = coords.to(work), generators.to(work)
-    # A(p) = sum_a p_a G_a
-    if generators.dim() == 3:
-        lie = torch.einsum("bna,ade->bnde", p, gens)  # (b, n, d, d)
-    else:
-        lie = torch.einsum("bna,ahde->bhnde", p, gens)  # (b, h, n, d, d)
-    return torch.matrix_exp(lie.contiguous()).to(generators.dtype)
+    with exact_dtypes(gens):  # autocast would take A(p) in bfloat16: exp is NaN
+        # A(p) = sum_a p_a G_a
+        if generators.dim() == 3:
+            lie = torch.einsum("bna,ade->bnde", p, gens)  # (b, n, d, d)
+        else:
+            lie = torch.einsum("bna,ahde->bhnde", p, gens)  # (b, h, n, d, d)
+        return torch.matrix_exp(lie.contiguous()).to(generators.dtype)
 
 
 def _block_rotate(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
@@ -137,7 +138,8 @@ def _block_rotate(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
     work = torch.promote_types(rot.dtype, x.dtype)
     blocks = x.unflatten(-1, (rot.shape[-3], rot.shape[-1]))  # (b, h, n, m, s)
     # (R x)_ms = sum_t R_mst x_mt
-    out = torch.einsum("bhnmst,bhnmt->bhnms", rot.to(work), blocks.to(work))
+    with exact_dtypes(x):
+        out = torch.einsum("bhnmst,bhnmt->bhnms", rot.to(work), blocks.to(work))
     return out.flatten(-2).to(x.dtype)  # (b, h, n, d)
 
 
@@ -177,9 +179,10 @@ class _LieBase(PositionalEncoding):
         a half-precision module exponentiates (and rotates q, k) in float32."""
         gens = self.blocks()
         work = torch.promote_types(gens.dtype, torch.float32)
-        # A(p) = sum_a p_a G_a, block by block
-        lie = torch.einsum("bna,ahmst->bhnmst", pos.to(work), gens.to(work))
-        return torch.matrix_exp(lie.contiguous())  # (b, h, n, m, s, s)
+        with exact_dtypes(gens):  # autocast would take A(p) in bfloat16
+            # A(p) = sum_a p_a G_a, block by block
+            lie = torch.einsum("bna,ahmst->bhnmst", pos.to(work), gens.to(work))
+            return torch.matrix_exp(lie.contiguous())  # (b, h, n, m, s, s)
 
     def transform_qk(self, q, k, q_pos, k_pos):
         who = type(self).__name__
@@ -336,6 +339,7 @@ def augment_coords(
     positions, in this order: ``+ U(-shift, shift)`` per axis; ``* exp(U(-log J,
     log J))`` per axis (``jitter = J >= 1``); ``* exp(U(-log R, log R))`` shared
     (``rescale = R >= 1``). ``None`` skips a step."""
+    check_tensor(coords, "coords", "float coordinates (n, a)")
     if not coords.is_floating_point() or coords.dim() != 2:
         raise ValueError(f"coords must be float (n, a), got {coords.dtype} "
                          f"{tuple(coords.shape)}")  # fmt: skip

@@ -42,7 +42,7 @@ import torch
 
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_integer, check_positive_int
+from ..utils import check_integer, check_positive_int, check_tensor
 from .rope import KeepsFrequencies, rotate_half
 from .rope_scaling import rope_inv_freq
 
@@ -148,6 +148,8 @@ def apply_mrope(
         )
     b, _, n, d = x.shape
     coords = _check_coords(coords, "coords").to(x.device)
+    check_tensor(inv_freq, "inv_freq", "frequencies (d/2,)")
+    check_integer(check_tensor(axes, "axes", "(d/2,)"), "axes", "axis indices")
     if coords.shape[1] != n or coords.shape[0] not in (1, b):
         raise ValueError(
             f"coords must have shape ({n}, 3) or ({b}, {n}, 3) to match x "

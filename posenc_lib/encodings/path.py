@@ -45,7 +45,7 @@ from torch.autograd.function import once_differentiable
 
 from ..base import Context, PositionalEncoding
 from ..registry import register
-from ..utils import check_heads, check_positive_int
+from ..utils import check_heads, check_positive_int, exact_dtypes
 from .fox import _bias as _forgetting_bias
 from .fox import _position_order
 
@@ -142,7 +142,8 @@ def _chunked_scores(
         q, k, w = (F.pad(t, (0, 0, 0, m * c - n)) for t in (q, k, w))
         beta = F.pad(beta, (0, m * c - n))
     q, k, w, beta = (t.flatten(0, 1) for t in (q, k, w, beta))  # (b h) as one batch
-    s = _ChunkedScores.apply(q, k, w, beta, c, plain).view(b, h, m * c, m * c)
+    with exact_dtypes(q):  # autocast would run the products in bfloat16
+        s = _ChunkedScores.apply(q, k, w, beta, c, plain).view(b, h, m * c, m * c)
     return s[:, :, :n, :n].to(out_dtype)  # (b, h, i, j)
 
 
@@ -214,6 +215,11 @@ class _ChunkedScores(torch.autograd.Function):
     @staticmethod
     @once_differentiable  # no gradient of the gradient: refused, not wrong
     def backward(ctx, g):
+        with exact_dtypes(g):  # in the forward's dtypes, under autocast too
+            return _ChunkedScores._backward(ctx, g)
+
+    @staticmethod
+    def _backward(ctx, g):
         c, plain = ctx.c, ctx.plain
         inputs = [t.detach().requires_grad_() for t in ctx.saved_tensors]
         q, k, _, _ = inputs
@@ -323,6 +329,8 @@ def path_attention(
             f"v must have shape (b, h, n, e) with (b, h, n) = {tuple(q.shape[:3])}, "
             f"got {tuple(getattr(v, 'shape', ()))}"
         )
+    if v.dtype != q.dtype:
+        raise TypeError(f"v must have q's dtype {q.dtype}, got {v.dtype}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")

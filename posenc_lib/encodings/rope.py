@@ -28,7 +28,7 @@ from torch import nn
 from ..base import PositionalEncoding
 from ..positions import position_facts
 from ..registry import register
-from ..utils import check_integer, check_positive_int
+from ..utils import check_integer, check_positive_int, check_tensor
 from .rope_scaling import _check_d_head, _check_factor, rope_inv_freq
 
 __all__ = [
@@ -217,6 +217,13 @@ def rope_cos_sin(
     coordinate order of ``layout``, scaled by ``attention_factor``; angles in float64,
     results in ``dtype``. ``apply_rope`` computes them unless given them (``Rotary``
     computes them once per forward pass and every layer shares them)."""
+    check_tensor(positions, "positions", "(b|1, n) or (n,)")
+    check_tensor(inv_freq, "inv_freq", "frequencies (d/2,)")
+    if positions.dim() not in (1, 2):
+        raise ValueError(
+            "positions must have at least one axis and at most two, (n,) or "
+            f"(b|1, n), got shape {tuple(positions.shape)}"
+        )
     if positions.dim() == 1:
         positions = positions[None]
     # angle_{m,i} = m * theta_i

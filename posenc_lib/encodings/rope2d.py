@@ -35,7 +35,7 @@ from torch import nn
 
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_heads, check_integer, check_positive_int
+from ..utils import check_heads, check_integer, check_positive_int, check_tensor
 from .rope import LAYOUTS, rotate_every_two, rotate_half
 from .rope_scaling import rope_inv_freq
 from .vit import check_coords, example_grid
@@ -112,6 +112,7 @@ def rotary_angles(coords: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
             f"{tuple(getattr(coords, 'shape', ()))}"
         )
     check_integer(coords, "coords", "coordinates")
+    check_tensor(freqs, "freqs", "(a, d/2) or (a, h, d/2)")
     if freqs.dim() == 2:
         freqs = freqs[:, None]  # (a, 1, d/2): the same for every head
     if freqs.dim() != 3 or freqs.shape[0] != coords.shape[-1]:
@@ -135,6 +136,8 @@ def apply_rotary_angles(
     ``rotate_every_two`` (``"interleaved"``) or ``rotate_half`` (``"half"``)."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    check_tensor(x, "x", "(b, h, n, d)")
+    check_tensor(angles, "angles", "(b|1, h|1, n, d/2)")
     if x.dim() != 4 or x.shape[-1] % 2 or angles.shape[-1] != x.shape[-1] // 2:
         raise ValueError(
             f"x must be (b, h, n, d) with d even and angles (.., n, d/2), got "

@@ -106,6 +106,8 @@ class Shaw(PositionalEncoding):
     def score_bias(
         self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
     ) -> torch.Tensor:
+        if q.dim() != 4:
+            raise ValueError(f"q must have shape (b, h, i, d), got {tuple(q.shape)}")
         if q.shape[-1] != self.d_head:
             raise ValueError(
                 f"q has head dimension {q.shape[-1]}, but this Shaw encoding was built "

@@ -32,7 +32,7 @@ from torch import nn
 
 from ..base import PositionalEncoding
 from ..registry import register
-from ..utils import check_heads, check_positive_int
+from ..utils import check_heads, check_integer, check_positive_int, check_tensor
 from .vit import _check_hw, check_coords, example_grid, grid_positions
 
 __all__ = ["swin_relative_position_index", "relative_index_2d", "SwinRelativeBias"]
@@ -49,6 +49,14 @@ def relative_index_2d(
     ``(2 window_h - 1)(2 window_w - 1)``-row table, Swin's convention; offsets past the
     window are clamped to its edge (``clamp``) or refused."""
     window_h, window_w = _check_hw((window_h, window_w), "(window_h, window_w)")
+    for name, pos in (("q_pos", q_pos), ("k_pos", k_pos)):
+        check_tensor(pos, name, "(row, column) coordinates (..., n, 2)")
+        if pos.dim() < 2 or pos.shape[-1] != 2:
+            raise ValueError(
+                f"{name} must be (row, column) coordinates (..., n, 2), got shape "
+                f"{tuple(pos.shape)}"
+            )
+        check_integer(pos, name, "coordinates")
     # (dr, dc) = (r_i - r_j, c_i - c_j): query minus key
     rel = q_pos[..., :, None, :] - k_pos[..., None, :, :]  # (..., i, j, 2)
     reach = torch.tensor([window_h - 1, window_w - 1], device=rel.device)

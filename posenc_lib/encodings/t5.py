@@ -93,6 +93,10 @@ def t5_relative_bucket(
     return offset + torch.where(n < max_exact, n, large)
 
 
+WHOLE_BAND = 4096  # band_bias's width up to which the band is given whole
+MAX_TABLE = 2**22  # offsets of the flex path's table (a 16 MiB float32 row per head)
+
+
 class _Toeplitz(torch.autograd.Function):
     """``(h, i + j - 1) -> (h, i, j)``: ``out[h, t, s] = table[h, s - t + i - 1]``.
 
@@ -197,16 +201,24 @@ class T5RelativeBias(PositionalEncoding):
             buckets = self.buckets(q_pos, k_pos)  # (b|1, i, j)
             return self.bias[buckets].permute(0, 3, 1, 2).to(q.dtype)
         facts = position_facts(q_pos, k_pos, ctx)
-        per_offset = self.per_offset(facts.lo, facts.hi)  # (h, L)
         i, j = q_pos.shape[1], k_pos.shape[1]
         if facts.run:  # offsets s - t - (j - i): a Toeplitz matrix, L = i + j - 1
+            # (whatever each row starts at: not lo .. hi, which span the batch)
+            per_offset = self.per_offset(1 - j, i - 1)  # (h, i + j - 1)
             # bias[h, t, s] = per_offset[h, s - t + i - 1]; cast last, as the grid
             # did: the gradient is summed in the table's dtype
             return _Toeplitz.apply(per_offset, i, j)[None].to(q.dtype)  # (1, h, i, j)
+        # every offset beyond +-W shares its side's last bucket: the table needs
+        # lo .. hi clamped to -W .. W, not the span of the positions
+        lo, hi = max(facts.lo, -self.band), min(facts.hi, self.band)
+        rel = (k_pos[:, None, :] - q_pos[:, :, None]).clamp(lo, hi)  # (b|1, i, j)
+        rows = rel.shape[0]
+        if hi - lo + 1 > rows * i * j:  # fewer pairs than offsets: the grid
+            buckets = self.buckets(q_pos, k_pos)  # (b|1, i, j)
+            return self.bias[buckets].permute(0, 3, 1, 2).to(q.dtype)
+        per_offset = self.per_offset(lo, hi)  # (h, L)
         # b_h[bucket(k_pos[j] - q_pos[i])] = per_offset[h, k_pos[j] - q_pos[i] - lo]
-        index = k_pos[:, None, :] - q_pos[:, :, None] - facts.lo  # (b|1, i, j)
-        rows = index.shape[0]
-        flat = index.reshape(1, -1).expand(self.n_heads, -1)  # (h, b|1 * i * j)
+        flat = (rel - lo).reshape(1, -1).expand(self.n_heads, -1)  # (h, b|1 i j)
         bias = per_offset.gather(1, flat).view(self.n_heads, rows, i, j)
         return bias.transpose(0, 1).to(q.dtype)  # (b|1, h, i, j)
 
@@ -219,26 +231,49 @@ class T5RelativeBias(PositionalEncoding):
     ) -> torch.Tensor:
         """``(h, W + 1)``: ``b_h[bucket(-r)]`` for the distances ``r = i - j = 0 ..
         W`` (the last one stands for every distance from W on): the fused
-        backend's form for causal calls in token order."""
+        backend's form for causal calls in token order. A band wider than
+        ``WHOLE_BAND`` and than the call's keys (a large ``max_distance``) is cut
+        to them: W = j, whose bias stands for no distance of the call."""
         check_heads(q, self, self.n_heads)
-        return self.per_offset(-self.band, 0).flip(-1).to(q.dtype)  # (h, W + 1)
+        width = min(self.band, max(k.shape[2], WHOLE_BAND))
+        return self.per_offset(-width, 0).flip(-1).to(q.dtype)  # (h, W + 1)
 
     @staticmethod
     def _band(bidirectional: bool, num_buckets: int, max_distance: int) -> int:
         """W: the first distance ``i - j`` from which every larger one shares its
-        bucket (the last of the past's): beyond it the bias is one constant."""
-        far = -torch.arange(max_distance + 1)  # offsets 0, -1, ..., -max_distance
-        buckets = t5_relative_bucket(far, bidirectional, num_buckets, max_distance)
-        return int((buckets != buckets[-1]).sum())  # buckets grow with the distance
+        bucket (the last of the past's): beyond it the bias is one constant. The
+        buckets grow with the distance, so W is found by bisection over ``0 ..
+        max_distance`` (a few dozen distances, not a tensor of all of them)."""
+
+        def bucket(r: int) -> int:
+            offset = torch.tensor([-r])
+            config = (bidirectional, num_buckets, max_distance)
+            return int(t5_relative_bucket(offset, *config))
+
+        last, lo, hi = bucket(max_distance), 0, max_distance
+        while lo < hi:  # the first r with bucket(r) == last lies in lo .. hi
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if bucket(mid) == last else (mid + 1, hi)
+        return lo
 
     def score_mod(self, q_pos: torch.Tensor, k_pos: torch.Tensor):
         """FlexAttention form: ``score + b_h[bucket(j - i)]``, read from a table over
         this call's offsets ``lo .. hi`` (a few KiB)."""
         off, lo, hi = relative_offsets(q_pos, k_pos)  # j - i
+        # beyond +-W each side has one bucket: the table covers lo .. hi clamped
+        lo, hi = max(lo, -self.band), min(hi, self.band)
+        if hi - lo + 1 > MAX_TABLE:
+            raise ValueError(
+                f"path='flex' reads T5's bias from a table over the call's offsets, "
+                f"{hi - lo + 1} of them here (more than {MAX_TABLE}: positions far "
+                f"apart and max_distance={self.max_distance}); use path='slow' or "
+                "'fast', which read the buckets of the pairs"
+            )
         per_offset = self.per_offset(lo, hi).contiguous()  # (h, L): b_h[bucket(r)]
 
         def mod(score, b, h, q_idx, kv_idx):
-            return score + per_offset[h, off(b, q_idx, kv_idx) - lo]
+            r = off(b, q_idx, kv_idx).clamp(lo, hi)  # j - i, within the table
+            return score + per_offset[h, r - lo]
 
         return mod
 

@@ -128,6 +128,11 @@ class TENER(PositionalEncoding):
         offsets = q_pos[:, :, None] - k_pos[:, None, :]  # (b, i, j): t - j
         facts = position_facts(q_pos, k_pos, ctx)  # the offsets' range, no sync
         m = max(-facts.lo, facts.hi)
+        sign = (
+            1 if self.variant == "paper" else -1
+        )  # the code's query terms use R_{j-t}
+        if (2 * m + 1) * h > n_k * d:  # positions far apart: R of each pair instead
+            return self._pairwise(q, k, offsets, sign)  # of every offset in the span
         table = tener_relative_sinusoid(
             torch.arange(-m, m + 1, device=q.device),
             d,
@@ -135,9 +140,6 @@ class TENER(PositionalEncoding):
             self.variant,
             q.dtype,
         )  # (2m+1, d): R_x, x = -m..m
-        sign = (
-            1 if self.variant == "paper" else -1
-        )  # the code's query terms use R_{j-t}
         # q_t . R_x + v . R_x for every x, then pick x = +-(t - j)
         qr = torch.einsum(
             "bhid,xd->bhix", q + self.v[None, :, None, :], table
@@ -154,6 +156,20 @@ class TENER(PositionalEncoding):
             bias = bias + kr.gather(
                 -1, (offsets + m).transpose(1, 2)[:, None].expand(b, h, n_k, n_q)
             ).transpose(-1, -2)
+        return bias * self.scale
+
+    def _pairwise(self, q, k, offsets, sign: int) -> torch.Tensor:
+        """``score_bias`` from R of each pair's offset ``(b|1, i, j, d)``: for
+        positions whose span holds more offsets than the call has keys per head
+        dimension (four tokens at 0, 1, 2, 10^9 would want 2 * 10^9 rows)."""
+        d = q.shape[-1]
+        r = tener_relative_sinusoid(sign * offsets, d, self.base, self.variant, q.dtype)
+        # q_t . R_x + v . R_x, x = +-(t - j);  + u . k_j
+        bias = torch.einsum("bhid,bijd->bhij", q + self.v[None, :, None, :], r)
+        bias = bias + torch.einsum("hd,bhjd->bhj", self.u, k)[:, :, None, :]
+        if self.variant == "code":  # the authors' fifth term k_j . R_{t-j}
+            r = tener_relative_sinusoid(offsets, d, self.base, self.variant, q.dtype)
+            bias = bias + torch.einsum("bhjd,bijd->bhij", k, r)
         return bias * self.scale
 
     def extra_repr(self) -> str:

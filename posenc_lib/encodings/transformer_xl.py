@@ -116,7 +116,10 @@ class TransformerXL(PositionalEncoding):
         qv = q + self.v[None, :, None, :]  # (b, h, i, d): (b) + (d) together
         offsets = q_pos[:, :, None] - k_pos[:, None, :]  # (b|1, i, j): i - j
         facts = position_facts(q_pos, k_pos, ctx)  # offsets i - j in -hi .. -lo
-        if self.direct:
+        # positions far apart (more offsets in the span than keys per head
+        # dimension: four tokens at 0, 1, 2, 10^9): W_R R of each pair instead
+        wide = not facts.run and facts.hi - facts.lo + 1 > n_k * d
+        if self.direct or wide:
             r = self.projected_r(offsets, q.dtype)  # (b, i, j, h, d)
             bd = torch.einsum("bhid,bijhd->bhij", qv, r)
         elif facts.run:

@@ -39,6 +39,7 @@ recipe with this tool is ``tests/test_contributing.py``.
 from __future__ import annotations
 
 import argparse
+import ast
 import pathlib
 import re
 import subprocess
@@ -79,7 +80,35 @@ def normalise(entry: str) -> str:
             f"{entry}: expected book/<part folder>/<name>, the name in lower case "
             "letters, digits and _ (at most 40), e.g. book/part3/my_method"
         )
+    taken = package_names()
+    if parts[2] in taken:
+        raise Refused(
+            f"{entry}: the chapter's checks would be the module "
+            f"{checks_package()}.{parts[2]}, which would shadow the name "
+            f"{parts[2]!r} that the checks' package ({CHECKS_DIR.relative_to(ROOT)}/"
+            "__init__.py) defines or imports, and break every check: name the "
+            f"chapter otherwise (not {', '.join(sorted(taken))})"
+        )
     return entry
+
+
+def package_names() -> set[str]:
+    """The names bound at the top level of the checks' package (its imports, defs,
+    classes and assignments): a submodule of the same name would replace each of
+    them in the package's namespace once imported."""
+    tree = ast.parse((CHECKS_DIR / "__init__.py").read_text())
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(
+                n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)
+            )
+    return {n for n in names if NAME.fullmatch(n)}
 
 
 # ---- the chapter's own files ------------------------------------------------------

@@ -263,7 +263,36 @@ def call(fn: Any, *args: Any, desc: str, **kwargs: Any) -> Any:
         raise Wrong(
             f"on {desc}, your function returned None: did it forget to `return`?"
         )
+    imaginary = _imaginary(out)
+    if imaginary is not None:  # the checks compare real values: .double() drops it
+        raise Wrong(
+            f"on {desc}, your function returned a complex {imaginary}: every "
+            "exercise asks for real values (torch.view_as_real turns complex "
+            "numbers into pairs of reals; .real is right only where the imaginary "
+            "part is 0)"
+        )
     return out
+
+
+def _imaginary(value: Any) -> str | None:
+    """Where ``value`` (a tensor, an array, a number, or a container of them) holds
+    a complex number with a nonzero imaginary part, said in words; else None."""
+    if isinstance(value, (complex, np.complexfloating)):
+        return f"number {value}" if value.imag else None
+    if isinstance(value, torch.Tensor) and value.is_complex():
+        kind, array = "tensor", value.detach().cpu().to(torch.complex128).numpy()
+    elif isinstance(value, np.ndarray) and np.iscomplexobj(value):
+        kind, array = "array", value.astype(complex)
+    elif isinstance(value, (list, tuple)):
+        return next((w for w in map(_imaginary, value) if w is not None), None)
+    elif isinstance(value, dict):
+        return _imaginary(list(value.values()))
+    else:
+        return None
+    if not (array.imag != 0).any():
+        return None
+    idx = tuple(int(i) for i in np.argwhere(array.imag != 0)[0])
+    return f"{kind} (imaginary part {array.imag[idx]:.6g} at {idx})"
 
 
 def expect(condition: bool, message: str) -> None:
@@ -273,11 +302,16 @@ def expect(condition: bool, message: str) -> None:
 
 
 def _as_array(value: Any, what: str, desc: str) -> np.ndarray:
+    """float64 values, or complex128 for complex ones (whose imaginary part a
+    float64 copy would drop: a complex answer was judged by its real part)."""
     if isinstance(value, torch.Tensor):
-        return value.detach().cpu().double().numpy()
-    if isinstance(value, (int, float, np.number, np.ndarray, list, tuple)):
+        value = value.detach().cpu()
+        wide = torch.complex128 if value.is_complex() else torch.float64
+        return value.to(wide).numpy()
+    if isinstance(value, (int, float, complex, np.number, np.ndarray, list, tuple)):
         try:
-            return np.asarray(value, dtype=float)
+            array = np.asarray(value)
+            return array.astype(complex if np.iscomplexobj(array) else float)
         except (TypeError, ValueError):
             pass
     raise Wrong(
@@ -296,12 +330,22 @@ def expect_close(
 ) -> None:
     """Compare shape and values; the verdict names the first entry that differs. A
     NaN or an infinity in the answer is a mismatch unless the reference holds the same
-    infinity at the same place (a NaN never matches)."""
+    infinity at the same place (a NaN never matches). Complex values are compared as
+    complex numbers: a complex answer to a real question is right only where its
+    imaginary part is 0."""
     g, w = _as_array(got, what, desc), _as_array(want, "the reference", desc)
     if g.shape != w.shape:
         raise Wrong(
             f"on {desc}, {what} has shape {tuple(g.shape)}, expected {tuple(w.shape)}"
         )
+    if np.iscomplexobj(g) and not np.iscomplexobj(w):
+        imaginary = np.abs(g.imag) > atol
+        if imaginary.any():
+            idx = tuple(int(i) for i in np.argwhere(imaginary)[0])
+            raise Wrong(
+                f"on {desc}, {what} is complex, with an imaginary part at {idx} "
+                f"({g[idx]:.6g}), where a real value ({w[idx]:.6g}) was expected"
+            )
     finite = np.isfinite(g) & np.isfinite(w)
     matched = finite | (np.isinf(w) & (g == w))  # the same infinity at the same place
     if not matched.all():
