@@ -68,21 +68,32 @@ def test_rope_slice_rotates_the_first_or_the_last_coordinates():
 @pytest.mark.parametrize("order", ["rot_first", "rot_last"])
 @pytest.mark.parametrize("source", ["half", "interleaved"])
 def test_the_layouts_differ_by_a_permutation_of_the_indexer_rows(source, order):
-    """Weights trained with one layout, run by code that rotates in the other,
-    give the same scores once the rotated rows of every head of W_q and W_k are
-    permuted (pl.layouts); W_w and the pass rows are left alone."""
-    trained, run = indexer(source, order), indexer(OTHER[source], order)
-    run.load_state_dict(trained.state_dict())
+    """Weights trained with one layout, run by code that rotates in the other, give
+    the same scores once the rotated rows of every head of W_q and W_k are permuted
+    (pl.layouts), with the key LayerNorm's gain and bias on them; W_w and the pass
+    rows are left alone. Permuting W_q and W_k alone is not enough once the norm
+    has left its initial values (gain 1, bias 0)."""
+    trained = indexer(source, order)
+    with torch.no_grad():  # a trained indexer: every parameter away from its init
+        for t in trained.parameters():
+            t.add_(0.3 * torch.randn_like(t))
     x = torch.randn(2, 11, 24, dtype=torch.float64)
     pos = torch.arange(11)[None] + 5
     right = trained(x, x, pos, pos)
+    run = indexer(OTHER[source], order)
+    run.load_state_dict(trained.state_dict())
     assert (run(x, x, pos, pos) - right).abs().max() > 1e-2 * right.abs().max()
-    with torch.no_grad():
+    with torch.no_grad():  # the projections' rows only
         for w, heads in ((run.w_q.weight, 4), (run.w_k.weight, 1)):
             w.copy_(convert_indexer_layout(w, heads, 8, order, source, OTHER[source]))
-    assert_close(run(x, x, pos, pos), right)
+    assert (run(x, x, pos, pos) - right).abs().max() > 1e-3 * right.abs().max()
+    fixed = trained.with_layout(OTHER[source])
+    assert fixed.layout == OTHER[source] and trained.layout == source
+    assert_close(fixed(x, x, pos, pos), right)
     pass_rows = slice(8, 16) if order == "rot_first" else slice(0, 8)
-    assert_close(run.w_k.weight[pass_rows], trained.w_k.weight[pass_rows])
+    assert_close(fixed.w_k.weight[pass_rows], trained.w_k.weight[pass_rows])
+    assert_close(fixed.w_w.weight, trained.w_w.weight)
+    assert_close(fixed.with_layout(source)(x, x, pos, pos), right)
 
 
 def test_a_wrong_layout_changes_the_selection():

@@ -28,6 +28,7 @@ queries and keys of the target).
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -223,6 +224,23 @@ class LightningIndexer(KeepsFrequencies, nn.Module):
     def forward(self, x_q, x_k, q_pos, k_pos):
         w = self.w_w(x_q) / math.sqrt(self.n_heads)  # (b, i, H)
         return indexer_scores(self.queries(x_q, q_pos), self.keys(x_k, k_pos), w)
+
+    def with_layout(self, layout: str) -> LightningIndexer:
+        """A copy that rotates in ``layout`` and gives the same scores: the rotated
+        rows of W_q and W_k permuted, and with them the gain and bias of the key's
+        LayerNorm, which are attached to the coordinates (``convert_indexer_layout``;
+        only a norm at its initial values would forgive leaving them)."""
+        _check_slice(self.d_index, self.rotary_dim, layout, self.slice_order)
+        out = copy.deepcopy(self)
+        out.layout = layout
+        move = (self.rotary_dim, self.slice_order, self.layout, layout)
+        with torch.no_grad():
+            out.w_q.weight.copy_(
+                convert_indexer_layout(self.w_q.weight, self.n_heads, *move)
+            )
+            for t in (out.w_k.weight, out.k_norm.weight, out.k_norm.bias):
+                t.copy_(convert_indexer_layout(t, 1, *move))
+        return out
 
     def extra_repr(self):
         names = ("d_model", "n_heads", "d_index", "rotary_dim", "layout", "slice_order")
