@@ -1,5 +1,5 @@
-"""DeepSeek Sparse Attention (DSA): a lightning indexer with a RoPE of its own picks
-the top-k keys of each query, and the main attention attends to those only.
+"""DeepSeek Sparse Attention (DSA; DeepSeek-AI, 2025): a lightning indexer with a RoPE
+of its own picks the top-k keys of each query; the main attention attends to those.
 
 The indexer (DeepSeek-V3.2, ``DeepseekV32Indexer.forward`` in Hugging Face
 transformers 5.24) reads the layer input x with H small query heads and ONE key
@@ -320,7 +320,8 @@ def _make(*, d_model: int, n_heads: int, max_len: int | None) -> SparseAttention
     main attention interleaved. It keeps 16 keys per query, as many as the registry's
     contract tests have tokens: a top-k is discontinuous in the scores, and rounding
     x to bfloat16 changed a top-4 selection (so the output, far beyond the
-    half-precision contract's 4 eps) in 6 of 20 seeds of that contract's setting.
+    half-precision contract's 4 eps) at 6 of 20 seeds tried in that contract's
+    setting.
     ``tests/test_sparse_indexer.py`` tests the selection with small top_k."""
     indexer = LightningIndexer(d_model, n_heads=2, d_index=8, rotary_dim=4)
     main = Rotary(d_model // n_heads, layout="interleaved")
