@@ -293,6 +293,18 @@ def v4_rotary():
     ).double()  # fmt: skip
 
 
+def test_the_library_restates_deepseek_v4s_defaults():
+    defaults = dict(GOLDEN["deepseek_v4_defaults"])
+    layer_types = defaults.pop("layer_types")
+    assert pl.DEEPSEEK_V4_DEFAULTS == defaults
+    # the default schedule: HCA twice, then HCA and CSA alternating
+    assert layer_types[:2] == ["heavily_compressed_attention"] * 2
+    assert layer_types[2::2] == ["heavily_compressed_attention"] * len(
+        layer_types[2::2]
+    )
+    assert set(layer_types[3::2]) == {"compressed_sparse_attention"}
+
+
 def test_v4_rotaries_match_transformers():
     r = CFG["rope_dim"]
     yarn = CFG["rope_parameters"]["compress"]

@@ -45,6 +45,7 @@ from .rope_scaling import rope_inv_freq
 from .rotated_values import SinkValueRotary, ValueRotary
 
 __all__ = [
+    "DEEPSEEK_V4_DEFAULTS",
     "PLACES",
     "block_positions",
     "block_visible",
@@ -55,6 +56,24 @@ __all__ = [
 ]
 
 PLACES = ("first", "middle", "last")  # where an entry sits in its block
+
+# DeepseekV4Config's defaults in transformers 5.24 (configuration_deepseek_v4.py; the
+# golden test holds them to the class): the window of every layer, the block sizes
+# of the sparse (CSA) and heavily compressed (HCA) layers, one shared key-value head
+# of head_dim with RoPE on its last rope_dim coordinates, and the two rotary bases
+DEEPSEEK_V4_DEFAULTS = {
+    "window": 128,  # sliding_window
+    "m_csa": 4,  # compress_rates["compressed_sparse_attention"]
+    "m_hca": 128,  # compress_rates["heavily_compressed_attention"]
+    "index_topk": 512,  # entries a CSA query keeps
+    "n_heads": 64,  # num_attention_heads
+    "n_kv_heads": 1,  # num_key_value_heads
+    "head_dim": 512,
+    "rope_dim": 64,  # qk_rope_head_dim = head_dim * partial_rotary_factor
+    "rope_theta": 10000.0,  # the sliding layers' rotary ("main")
+    "compress_rope_theta": 160000.0,  # the compressed layers' rotary ("compress")
+    "max_position_embeddings": 1048576,
+}
 
 
 def _check_place(place: str, m: int) -> int:

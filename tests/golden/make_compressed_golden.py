@@ -19,9 +19,11 @@ with random weights (no download):
   (``eager_attention_forward``, wrapped) and after it (the input of ``o_a_proj``).
   The compressor's weights, gates' ``position_bias`` and the sinks are set to random
   values first (``_init_weights`` zeroes the last two).
-* ``deepseek_v4/configuration_deepseek_v4.py``: the rotaries' ``inv_freq`` and
-  attention factors (``main``: plain, base ``rope_theta``; ``compress``: base
-  ``compress_rope_theta`` 160000 and YaRN), and the attention factor YaRN gives when
+* ``deepseek_v4/configuration_deepseek_v4.py``: ``DeepseekV4Config()``'s defaults
+  (window, block sizes, heads, rotary bases, the layer schedule); the rotaries'
+  ``inv_freq`` and attention factors (``main``: plain, base ``rope_theta``;
+  ``compress``: base ``compress_rope_theta`` 160000 and YaRN), and the attention
+  factor YaRN gives when
   ``attention_factor`` is not forced to 1.
 * ``qwen4_exp/modeling_qwen4_exp.py``, ``Qwen4ExpTextQSAIndexer.forward``: the pooled
   keys (``k_layernorm``'s output) and the rotated block keys (``apply_rotary_pos_emb``
@@ -185,6 +187,25 @@ def deepseek_v4() -> dict:
     }
 
 
+def deepseek_v4_defaults() -> dict:
+    """``DeepseekV4Config()``'s defaults that the library restates."""
+    c = transformers.DeepseekV4Config()
+    return {
+        "window": c.sliding_window,
+        "m_csa": c.compress_rates["compressed_sparse_attention"],
+        "m_hca": c.compress_rates["heavily_compressed_attention"],
+        "index_topk": c.index_topk,
+        "n_heads": c.num_attention_heads,
+        "n_kv_heads": c.num_key_value_heads,
+        "head_dim": c.head_dim,
+        "rope_dim": c.qk_rope_head_dim,
+        "rope_theta": c.rope_theta,
+        "compress_rope_theta": c.compress_rope_theta,
+        "max_position_embeddings": c.max_position_embeddings,
+        "layer_types": c.layer_types,
+    }
+
+
 def qwen4_exp(hidden_first: int) -> dict:
     """The indexer's pooled and rotated block keys for the last query, with the first
     ``hidden_first`` tokens masked out for every query."""
@@ -251,6 +272,7 @@ def main():
         "transformers": transformers.__version__,
         "torch": importlib.metadata.version("torch"),
         "deepseek_v4": deepseek_v4(),
+        "deepseek_v4_defaults": deepseek_v4_defaults(),
         "qwen4_exp": [qwen4_exp(0), qwen4_exp(2)],
     }
     OUT.write_text(json.dumps(record) + "\n")
