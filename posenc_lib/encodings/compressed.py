@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from ..attention import attention
-from ..utils import check_integer, check_positive_int
+from ..utils import check_head_split, check_integer, check_positive_int
 from .rope_scaling import rope_inv_freq
 from .rotated_values import SinkValueRotary, ValueRotary
 
@@ -129,7 +129,11 @@ def pool_blocks(
     left out (their block is still open)."""
     for name, t in (("kv", kv), ("gate", gate)):
         if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dim() != 3:
-            raise ValueError(f"{name} must be a floating (b, n, d) tensor")
+            raise ValueError(
+                f"{name} must be a floating-point (b, n, d) tensor, got "
+                f"{getattr(t, 'dtype', type(t).__name__)} "
+                f"{tuple(getattr(t, 'shape', ()))}"
+            )
     if kv.shape != gate.shape:
         raise ValueError(
             f"kv and gate must have one shape, got {tuple(kv.shape)}, "
@@ -186,9 +190,10 @@ class Compressor(nn.Module):
     def __init__(self, d_model: int, d_head: int, m: int, eps: float = 1e-6):
         super().__init__()
         self.m = check_positive_int(m, "m")
-        d_model, d_head = check_positive_int(d_model, "d_model"), d_head
-        self.kv_proj = nn.Linear(d_model, check_positive_int(d_head, "d_head"), False)
-        self.gate_proj = nn.Linear(d_model, d_head, bias=False)
+        check_positive_int(d_model, "d_model")
+        check_positive_int(d_head, "d_head")
+        self.kv_proj = nn.Linear(d_model, d_head, bias=False)  # K = x W^KV
+        self.gate_proj = nn.Linear(d_model, d_head, bias=False)  # Z = x W^Z
         self.position_bias = nn.Parameter(torch.zeros(m, d_head))  # (m, d)
         self.norm_weight = nn.Parameter(torch.ones(d_head))  # (d,)
         self.eps = float(eps)
@@ -232,7 +237,9 @@ class CompressedAttention(nn.Module):
     ):
         super().__init__()
         self.n_heads = check_positive_int(n_heads, "n_heads")
-        self.d_head = d_head or check_positive_int(d_model, "d_model") // n_heads
+        if d_head is None:
+            d_head = check_head_split(d_model, n_heads)
+        self.d_head = check_positive_int(d_head, "d_head")
         self.window = check_positive_int(window, "window")
         self.m = check_positive_int(m, "m")
         _check_place(place, m)
