@@ -20,7 +20,13 @@ one float mask. It costs what the maths costs:
   as a mask, in blocks of queries, and on a CPU its gradient is summed over the
   band's diagonals only;
 * an encoding's own algorithm (``causal_attention``: stick-breaking, CoPE) runs the
-  causal calls in token order that it serves.
+  causal calls in token order that it serves;
+* values transformed by their key's position and outputs by their query's
+  (``transform_v``, ``transform_out``: DeepSeek-V4's rotated values) need nothing
+  here: both act per token, so ``sum_j a_ij (T_j v_j)`` is the kernel's output for
+  the values ``T_j v_j``, and ``U_i`` is applied to it. ``posenc_lib.attention``
+  calls them around every backend (``tests/test_registry.py`` holds outputs and
+  gradients equal to the reference).
 """
 
 from __future__ import annotations
