@@ -8,7 +8,10 @@ b = 1, h = 4, d = 32, measured in the same run. Then every registered encoding o
 path it supports (``fast``, ``slow``, ``flex``; ``auto`` marks the default one), causal,
 with the encoding's example positions (``arange(n)`` for a sequence) and side inputs,
 and for a sequence encoding its default path once more with ``q_pos = k_pos = None``
-(column ``positions``: ``explicit`` or ``default``):
+(column ``positions``: ``explicit`` or ``default``). Path ``mask``, for an encoding
+with a ``key_bias`` or ``band_bias`` form (ALiBi, FoX, T5): the fused path with that
+form switched off, so that the bias reaches the kernel as a float mask, as most code
+runs it: what the form trades against.
 
 * ``fwd``: forward under ``torch.no_grad()``; every call shares one ``Positions``
   (``pl.prepare``), as the layers of one forward pass do, so what depends only on
@@ -107,7 +110,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, nargs="+", default=[512, 1024, 2048, 4096])
     parser.add_argument("--names", nargs="+", help="encodings (default: all)")
-    parser.add_argument("--paths", nargs="+", default=["fast", "slow", "flex"])
+    parser.add_argument(
+        "--paths", nargs="+", default=["fast", "slow", "flex", "mask"],
+        choices=["fast", "slow", "flex", "mask"],
+    )  # fmt: skip
     parser.add_argument("--repeats", type=int, default=5, help="best of (default 5)")
     parser.add_argument(
         "--budget-s", type=float, default=1.5,
@@ -121,8 +127,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=pathlib.Path, help="CSV path (JSON beside it)")
     parser.add_argument(
         "--merge", action="store_true",
-        help="keep the other encodings' rows of --out (an encoding added later); "
-        "the merged rows are marked in their note",
+        help="keep the rows of --out this run does not measure (other encodings, "
+        "or other paths of these); the merged rows are marked in their note",
     )  # fmt: skip
     args = parser.parse_args(argv)
     _reexec_with_mmap_threshold()
@@ -170,7 +176,10 @@ def main(argv=None) -> int:
             x = torch.randn(B, n, H * D, device=device)
             causal = pl.prepare(pe, B, H, n, n, pos, pos, True, None, inputs, device)
             default = "fast" if pe.runs_fused(causal) else "slow"  # this call's path
-            runs = [(path, "explicit") for path in args.paths]
+            runs = [
+                (path, "explicit") for path in args.paths
+                if path != "mask" or float_mask_twin(pe) is not None
+            ]  # fmt: skip
             if pe.coord_axes is None and default in args.paths:
                 runs.append((default, "default"))  # q_pos = k_pos = None: 0 .. n-1
             for path, given in runs:
@@ -189,7 +198,11 @@ def main(argv=None) -> int:
 
                 shared = prepared()
 
-                def call(q_, k_, v_, path=path, pe=pe, shared=shared, x=x):
+                # path mask: the fused path with the bias as a float mask
+                run_pe = float_mask_twin(pe) if path == "mask" else pe
+                run_path = "fast" if path == "mask" else path
+
+                def call(q_, k_, v_, path=run_path, pe=run_pe, shared=shared, x=x):
                     # a graph cannot be reused after its backward: training calls
                     # (q_ requires grad) get positions of their own
                     own = prepared() if q_.requires_grad else shared
@@ -256,7 +269,7 @@ def main(argv=None) -> int:
                 rows.append(row)
                 for t_ in (qg, kg, vg):
                     t_.grad = None
-                pe.zero_grad(set_to_none=True)
+                run_pe.zero_grad(set_to_none=True)
             print(f"n = {n}: {name} done ({time.perf_counter() - started:.0f} s)",
                   file=sys.stderr)  # fmt: skip
         rows.append(dict(n=n, encoding="sdpa (reference)", path="fused",
@@ -277,9 +290,11 @@ def main(argv=None) -> int:
                 row["note"] = "; ".join(
                     filter(None, [row.get("note"), f"measured later ({time.ctime()})"])
                 )
+        # an old row stays unless this run measured its encoding on its path
         kept = [
             r for r in old["rows"]
-            if r["encoding"] not in names and r["encoding"] != "sdpa (reference)"
+            if not (r["encoding"] in names and r["path"] in args.paths)
+            and r["encoding"] != "sdpa (reference)"
         ]  # fmt: skip
         rows = (
             kept
@@ -305,8 +320,9 @@ def main(argv=None) -> int:
         seconds=round(time.perf_counter() - started),
     )
     if old is not None:  # the run's own meta stays; the merged-in run is recorded
-        added = dict(encodings=names, when=time.ctime(), torch=meta["torch"],
-                     numba=meta["numba"], seconds=meta["seconds"])  # fmt: skip
+        added = dict(encodings=names, paths=args.paths, when=time.ctime(),
+                     torch=meta["torch"], numba=meta["numba"],
+                     seconds=meta["seconds"])  # fmt: skip
         meta = {**old["meta"], "merged": [*old["meta"].get("merged", []), added]}
     out.with_suffix(".json").write_text(
         json.dumps(dict(meta=meta, rows=rows), indent=1, default=str) + "\n"
@@ -314,6 +330,24 @@ def main(argv=None) -> int:
     print(table(rows))
     print(f"\nwrote {out} and .json in {meta['seconds']} s")
     return 0
+
+
+def float_mask_twin(pe):
+    """A copy of ``pe`` with its ``key_bias`` and ``band_bias`` forms switched off,
+    so that the fused path hands the kernel its ``score_bias`` as a float mask; None
+    for an encoding without either form."""
+    import copy
+
+    from posenc_lib.base import PositionalEncoding, overrides
+
+    forms = [f for f in ("key_bias", "band_bias") if overrides(pe, f)]
+    if not forms:
+        return None
+    cls = type(pe)
+    plain = {f: getattr(PositionalEncoding, f) for f in forms}
+    twin = copy.deepcopy(pe)
+    twin.__class__ = type(f"{cls.__name__}AsFloatMask", (cls,), plain)
+    return twin
 
 
 def _fmt(value):
