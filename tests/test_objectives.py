@@ -24,8 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHAPTERS = [e for e in toc.entries() if (ROOT / f"{e}.ipynb").exists()]
 # chapters whose owners add their pointers on their own branches; strict: the test
 # fails as soon as the pointers are there, so that the mark is removed
-PENDING = {
-}
+PENDING = {}
 NOT_SECTIONS = {"Exercises", "Summary", "References"}
 POINTER = re.compile(r"\s\(§ (?P<names>.+)\)[;.]?$")
 
