@@ -146,7 +146,9 @@ def the_course_as_a_wheel(tmp_path: pathlib.Path) -> pathlib.Path:
 
 def test_the_freeze_is_colabs_and_names_its_source():
     text = FREEZE.read_text()
-    assert "googlecolab/backend-info" in text and re.search(r"commit [0-9a-f]{40}", text)
+    assert "googlecolab/backend-info" in text and re.search(
+        r"commit [0-9a-f]{40}", text
+    )
     packages = colab_packages()
     assert len(packages) > 500
     assert packages["ipython"] == ("ipython", "7.34.0")
@@ -190,5 +192,6 @@ def test_the_colab_install_changes_no_package_colab_pins(tmp_path):
         if name in colab
     }
     assert not changed, (
-        "the Colab cell would replace packages Colab pins: " + ", ".join(sorted(changed))
+        "the Colab cell would replace packages Colab pins: "
+        + ", ".join(sorted(changed))
     )
