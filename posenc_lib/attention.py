@@ -92,6 +92,12 @@ def attention(
     q ``(b, h, i, d)``, k ``(b, h, j, d)``, v ``(b, h, j, e)`` -> out ``(b, h, i, e)``
     (and weights ``(b, h, i, j)`` when ``return_weights``). q, k, v must be finite,
     and q.k must not overflow (refused, where a kernel would return zeros or NaN).
+    Heads come before positions: dim 2 is the sequence. Hugging Face's projections
+    are ``(b, n, h, d)`` until ``.transpose(1, 2)``, and such a tensor reads as n
+    heads of h positions (RoPE would rotate by the head index, a causal mask would
+    mask heads); explicit positions whose length is dim 1, not dim 2, are refused
+    with this reason. Without positions nothing tells the two layouts apart: check
+    that ``q.shape[2]`` is your sequence length.
 
     * ``pe``: an encoding, None (none), or the registered name of one without
       learned parameters (``"rope"``, ``"alibi"``), built for q's ``h`` heads of
@@ -121,6 +127,9 @@ def attention(
     elif pe is not None and not isinstance(pe, (str, PositionalEncoding)):
         as_encoding(pe, 1, 1)  # refuses it, naming what pe may be
     pe = _NO_PE if pe is None else pe
+    _check_prepared(positions, "q_pos=/k_pos=")
+    for t, t_pos, t_name in ((q, q_pos, "q"), (k, k_pos, "k")):
+        _check_layout(t, t_pos, t_name, pe)
     b, h, i, j = check_qkv(q, k, v, scale_of(pe, q) if is_4d(q) else 1.0, x)
     if positions is None:
         positions = prepare(
@@ -131,6 +140,33 @@ def attention(
     elif (positions.q.shape[1], positions.k.shape[1]) != (i, j):
         raise ValueError(f"positions were prepared for other lengths than ({i}, {j})")
     return _attend(q, k, v, pe, positions, x, path, return_weights)
+
+
+def _check_prepared(positions, integer_args: str) -> None:
+    """``positions=`` takes what ``prepare`` returns, not integer positions."""
+    if positions is not None and not isinstance(positions, Positions):
+        raise TypeError(
+            "positions= takes the Positions that pl.prepare(...) returns, prepared "
+            f"once for every layer of a model; got a {type(positions).__name__}: "
+            f"pass integer positions as {integer_args}"
+        )
+
+
+def _check_layout(t, pos, name: str, pe: PositionalEncoding) -> None:
+    """Refuse ``t`` in Hugging Face's ``(b, n, h, d)`` layout when its positions tell:
+    their length is ``t``'s dim 1, not its dim 2 (the sequence here)."""
+    if not (is_4d(t) and isinstance(pos, torch.Tensor)) or pe.coord_axes is not None:
+        return
+    fits = pos.dim() == 1 or (pos.dim() == 2 and pos.shape[0] in (1, t.shape[0]))
+    n = pos.shape[-1] if fits else None  # (n,) or (1|b, n)
+    if n == t.shape[1] != t.shape[2]:
+        raise ValueError(
+            f"{name}_pos has {n} positions, the size of {name}'s dim 1, but "
+            f"{name} {tuple(t.shape)} holds positions on dim 2: it looks like "
+            "(b, n, h, d), heads after positions (Hugging Face's projections before "
+            f".transpose(1, 2)); attention takes (b, h, n, d): pass "
+            f"{name}.transpose(1, 2)"
+        )
 
 
 def _attend(q, k, v, pe, pos: Positions, x, path: str, return_weights: bool):
@@ -185,9 +221,11 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"{type(self.pe).__name__} adds its term to the input "
                 "(encode_input), which MultiHeadAttention does not do: add it to x "
-                "yourself (x = pe.call_hook('encode_input', x, pos)) and pass "
-                "input_encoded=True, or use pl.TinyTransformer, which adds it once "
-                "to the embeddings"
+                "yourself (x = pe.call_hook('encode_input', x, pos)) and build the "
+                "layer with input_encoded=True (pl.MultiHeadAttention(d_model, "
+                "n_heads, pe, input_encoded=True): an argument of the layer, not of "
+                "its call), or use pl.TinyTransformer, which adds it once to the "
+                "embeddings"
             )
         self.w_q, self.w_k, self.w_v, self.w_o = (
             nn.Linear(d_model, d_model, bias=bias) for _ in range(4)
@@ -225,6 +263,7 @@ class MultiHeadAttention(nn.Module):
                 f"x must have shape (b, n, {self.d_model}), got "
                 f"{tuple(getattr(x, 'shape', ()))}"
             )
+        _check_prepared(positions, "pos=")
         check_same_device(x, "x", self.w_q, "layer")
         if x.dtype != self.w_q.weight.dtype and not _autocast_on(x.device.type):
             raise TypeError(

@@ -203,6 +203,18 @@ class PositionalEncoding(nn.Module):
             return ctx.positions.reuse((self, hook, args[0].dtype), run)
         return run()
 
+    def forward(self, *args, **kwargs):
+        """An encoding is not called: attention calls its hooks (said here, where
+        ``nn.Module`` would say only that ``forward`` is missing)."""
+        hooks = [h for h in (*HOOKS, *FAST_FORMS) if overrides(self, h)]
+        hook = f"; or call a hook: pe.call_hook({hooks[0]!r}, ...)" if hooks else ""
+        raise TypeError(
+            f"{type(self).__name__} is not called on its own: attention calls its "
+            f"hooks ({', '.join(hooks) or 'none: no positional term'}). Pass it to a "
+            "layer, a model or attention (pl.MultiHeadAttention(d_model, n_heads, "
+            "pe=pe), pl.TinyTransformer(..., pe=pe), pl.attention(q, k, v, pe))" + hook
+        )
+
     def check_dtype(self, t: torch.Tensor, name: str) -> None:
         """Raise unless ``t`` has the dtype of this encoding's learned parameters, as
         ``nn.Linear`` requires (torch's own message, "mat1 and mat2 must have the same

@@ -15,6 +15,7 @@ modules register themselves::
 
 from __future__ import annotations
 
+import difflib
 from typing import Callable
 
 from .base import PositionalEncoding
@@ -45,6 +46,18 @@ def register(name: str, needs_max_len: bool = False) -> Callable[[Factory], Fact
     return add
 
 
+def _unknown(name: object, said: str) -> KeyError:
+    """``said`` (the name refused), the closest registered names, then all of them."""
+    close = []
+    if isinstance(name, str):
+        folded = {n.lower(): n for n in REGISTRY}
+        close = [name.lower()] if name.lower() in folded else []  # the case alone
+        close = close or difflib.get_close_matches(name.lower(), list(folded), 3, 0.6)
+        close = [folded[n] for n in close]
+    hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+    return KeyError(f"{said}{hint}; registered: {', '.join(sorted(REGISTRY))}")
+
+
 def make_encoding(
     name: str, d_model: int, n_heads: int, max_len: int | None = None
 ) -> PositionalEncoding:
@@ -53,9 +66,7 @@ def make_encoding(
     by the encodings in ``NEEDS_MAX_LEN`` (tables with a row per position, dynamic
     scaling) and ignored by the rest."""
     if name not in REGISTRY:
-        raise KeyError(
-            f"unknown encoding {name!r}; registered: {', '.join(sorted(REGISTRY))}"
-        )
+        raise _unknown(name, f"unknown encoding {name!r}")
     check_head_split(d_model, n_heads)
     if max_len is not None:
         check_positive_int(max_len, "max_len")
@@ -77,10 +88,7 @@ def as_encoding(pe: object, d_model: int, n_heads: int) -> PositionalEncoding:
         return pe
     if isinstance(pe, str):
         if pe not in REGISTRY:
-            raise KeyError(
-                f"pe={pe!r} is not a registered encoding; registered: "
-                f"{', '.join(sorted(REGISTRY))}"
-            )
+            raise _unknown(pe, f"pe={pe!r} is not a registered encoding")
         if pe in NEEDS_MAX_LEN:
             raise TypeError(
                 f"pe={pe!r} is sized by the training length: build it with "

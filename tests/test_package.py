@@ -28,6 +28,7 @@ import posenc_lib as pl
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HEAVY = ("matplotlib", "plotly", "IPython", "sympy")
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"  # as the workflow installs it
 
 
 def run(code: str, python: str = sys.executable) -> str:
@@ -176,8 +177,8 @@ def test_fresh_installs_the_library_alone_and_with_the_course(tmp_path):
     """``pip install .`` then ``import posenc_lib``: no plotting library is even
     installed; then ``posenc_lib`` with the extras the student README installs
     (``[course]``): every module a chapter's code imports (``ast``) imports.
-    torch comes first from the pinned local wheel (requirements.txt), as the Makefile
-    installs it, so that no CUDA build is downloaded."""
+    torch comes first, the version requirements.txt pins, as a CPU build (PyTorch's
+    CPU index, or this machine's local wheel), so that no CUDA build is downloaded."""
     # what a clone holds (the tracked files): pip builds in the source folder
     source = tmp_path / "source"
     tracked = (
@@ -207,7 +208,10 @@ def test_fresh_installs_the_library_alone_and_with_the_course(tmp_path):
         for line in (ROOT / "requirements.txt").read_text().splitlines()
         if line.startswith("torch==")
     )
-    pip(torch_pin)
+    # a CPU build from PyTorch's CPU index (PyPI's Linux torch brings several GB of
+    # CUDA libraries); where that index is unreachable, from pip's other sources
+    pip(torch_pin, "--extra-index-url", CPU_TORCH_INDEX)
+    assert run("import torch; print(torch.version.cuda)", python).strip() == "None"
     pip(str(source))
     out = run(
         "import importlib.util as u, posenc_lib as pl\n"

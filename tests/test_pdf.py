@@ -1,7 +1,8 @@
 """The book's PDF (``make pdf``: tools/build/pdf.py), opened with pypdf: a plausible
 number of pages, every chapter of ``_toc.yml`` in it under its own title, no formula
-left as TeX, every chapter's figures printed, and no line of code cut at the right
-edge of a page.
+left as TeX, every chapter's figures printed, the exercises' solutions in an appendix
+at the end (not under their exercises, where the site hides them), and no line of code
+cut at the right edge of a page.
 
 Marked ``build``: it needs the PDF, so it runs with ``-m build`` after ``make pdf``.
 Without a PDF it skips with a message on a reader's machine and fails under CI.
@@ -13,11 +14,13 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import unicodedata
 
 import pytest
 
 from tools import toc
+from tools.build import pdf
 from tools.build.colab_edition import _from_cache
 from tools.build.pdf import PDF, PDF_NAME
 
@@ -37,6 +40,9 @@ RIGHT_MARGIN_PT = 14 / 25.4 * 72  # tools/build/pdf.py's MARGIN
 INTERACTIVE_CAPTION = "Interactive figure, printed at"
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/gif")
 REMOVED = {"remove-cell", "remove_cell", "remove-output", "remove_output"}
+SOLUTION_TAG = "solution"  # a solution's code cells: printed in the appendix
+SOLUTION_TITLE = "Solution to Exercise"  # sphinx-exercise's title of each solution
+SOLUTION_DIRECTIVE = re.compile(r"^(`{3,}|:{3,})\{solution(-start)?\}", re.M)
 
 
 @pytest.fixture(scope="module")
@@ -138,13 +144,16 @@ def chapters(reader, texts):
     return chapter_pages(reader, texts)
 
 
-def expected_figures(entry: str) -> tuple[int, int]:
-    """(images, interactive figures) that the executed notebook displays."""
+def expected_figures(entry: str, solutions: bool = False) -> tuple[int, int]:
+    """(images, interactive figures) that the executed notebook displays: outside
+    its exercises' solutions (printed on the chapter's pages), or in them (printed in
+    the appendix of solutions)."""
     nb = _from_cache(ROOT / f"{entry}.ipynb")
     assert nb is not None, f"{entry}: not in the execution cache; run `make site`"
     images = interactive = 0
     for cell in nb.cells:
-        if set(cell.get("metadata", {}).get("tags", [])) & REMOVED:
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        if tags & REMOVED or (SOLUTION_TAG in tags) != solutions:
             continue
         for out in cell.get("outputs", []):
             data = out.get("data", {})
@@ -225,6 +234,112 @@ def test_every_figure_of_the_chapter_is_printed(reader, texts, chapters, entry):
     assert captions >= interactive, (
         f"{entry}: {interactive} interactive figures, {captions} printed"
     )
+
+
+def appendix_start(reader) -> int:
+    """The page where the appendix of solutions starts (its bookmark)."""
+    marks = []
+
+    def walk(items):
+        for item in items:
+            if isinstance(item, list):
+                walk(item)
+            elif squash(item.title) == squash(pdf.SOLUTIONS_TITLE):
+                marks.append(reader.get_destination_page_number(item))
+
+    walk(reader.outline)
+    assert marks, f"no bookmark {pdf.SOLUTIONS_TITLE!r}: the solutions have no appendix"
+    return marks[0]
+
+
+def test_the_solutions_are_printed_in_an_appendix_not_under_their_exercises(
+    reader, texts
+):
+    """The site hides each solution under its exercise; a printed page cannot, so
+    the PDF prints them all at the end, after the last chapter, and nothing of a
+    solution under its exercise."""
+    start = appendix_start(reader)
+    early = [i + 1 for i in range(start) if squash(SOLUTION_TITLE) in squash(texts[i])]
+    assert not early, f"solutions printed under their exercises, pages {early[:10]}"
+    sources = [
+        "".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"])
+        if path.suffix == ".ipynb"
+        else path.read_text()
+        for entry in CHAPTERS
+        for path in [ROOT / f"{entry}.ipynb", ROOT / f"{entry}.md"]
+        if path.exists()
+    ]
+    solutions = sum(len(SOLUTION_DIRECTIVE.findall(text)) for text in sources)
+    printed = sum(squash(t).count(squash(SOLUTION_TITLE)) for t in texts[start:])
+    assert solutions > 50 and printed >= solutions, (
+        f"{solutions} solutions in the book, {printed} in the appendix"
+    )
+    last = max(chapter_pages(reader, texts).values(), key=lambda r: r.start)
+    assert start > last.start, "the appendix comes after the last chapter"
+    # the figures the solutions draw are printed there
+    images = sum(expected_figures(e, solutions=True)[0] for e in NOTEBOOKS)
+    drawn = sum(drawn_images(reader.pages[i]) for i in range(start, len(texts)))
+    assert drawn >= images, f"{images} images in solutions, {drawn} in the appendix"
+
+
+def test_the_appendix_mechanism_on_a_small_page(tmp_path):
+    """``SOLUTIONS_TO_APPENDIX_JS`` on a page shaped as Sphinx's single-page build
+    (two chapters, three solutions): each solution leaves its chapter for the
+    appendix, under its chapter's name, and a link to it takes its place."""
+    from playwright.sync_api import sync_playwright
+
+    if not (os.environ.get("CHROMIUM") or shutil.which("chromium") or IN_CI):
+        pytest.skip("no Chromium: apt-get install -y chromium")
+    chapter = (
+        '<span id="document-{n}"></span><section id="c{n}"><h2>{n}. Chapter {n}'
+        '<a class="headerlink" href="#c{n}">#</a></h2><div class="exercise">'
+        "Exercise {n}.1</div>{solutions}<p>End of chapter {n}.</p></section>"
+    )
+    solution = (
+        '<div class="solution dropdown admonition" id="s{n}-{k}">'
+        '<p class="admonition-title">Solution to Exercise {n}.{k}</p>'
+        "<p>answer {n}.{k}</p></div>"
+    )
+    page = tmp_path / "book.html"
+    page.write_text(
+        '<html><body><section id="root"><h1>Book</h1>'
+        + chapter.format(n=1, solutions=solution.format(n=1, k=1))
+        + chapter.format(
+            n=2, solutions=solution.format(n=2, k=1) + solution.format(n=2, k=2)
+        )
+        + "</section></body></html>"
+    )
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=pdf.chromium(), args=pdf.CHROMIUM_ARGS
+        )
+        tab = browser.new_page()
+        tab.goto(page.as_uri())
+        moved = tab.evaluate(
+            pdf.SOLUTIONS_TO_APPENDIX_JS, [pdf.SOLUTIONS_TITLE, pdf.SOLUTION_POINTER]
+        )
+        shape = tab.evaluate(
+            """() => ({
+            chapters: [...document.querySelectorAll('#root > section')].map(s => s.id),
+            inChapters: document.querySelectorAll('section[id^=c] .solution').length,
+            appendix: [...document.querySelectorAll('#solutions-appendix > *')].map(
+              e => e.tagName + ' ' + e.textContent.trim()),
+            pointers: [...document.querySelectorAll('p.solution-pointer a')].map(
+              a => a.getAttribute('href')),
+            })"""
+        )
+        browser.close()
+    assert moved == 3 and shape["inChapters"] == 0
+    assert shape["chapters"] == ["c1", "c2", "solutions-appendix"]
+    assert shape["appendix"] == [
+        f"H2 {pdf.SOLUTIONS_TITLE}",
+        "H3 1. Chapter 1 \u2014 solutions",
+        "DIV Solution to Exercise 1.1answer 1.1",
+        "H3 2. Chapter 2 \u2014 solutions",
+        "DIV Solution to Exercise 2.1answer 2.1",
+        "DIV Solution to Exercise 2.2answer 2.2",
+    ]
+    assert shape["pointers"] == ["#s1-1", "#s2-1", "#s2-2"]
 
 
 def test_no_line_of_code_is_cut_at_the_right_edge(extracted):

@@ -1,12 +1,14 @@
 """``publish_colab --push``, as the publishing workflow runs it: each publication is one
 commit on top of the remote's branch colab (a fresh clone has no local one), pushed
-as a fast-forward; an unchanged edition pushes nothing."""
+as a fast-forward; an unchanged edition pushes nothing; the instructor edition's zip
+(the answer key) beside the notebooks is never pushed."""
 
 from __future__ import annotations
 
 import subprocess
 
 from tools.build import publish_colab
+from tools.build.colab_edition import INSTRUCTOR_ZIP
 
 
 def test_push_publishes_the_edition_on_top_of_the_remotes_branch(tmp_path):
@@ -33,13 +35,17 @@ def test_push_publishes_the_edition_on_top_of_the_remotes_branch(tmp_path):
     (edition / "book" / "part3").mkdir(parents=True)
     notebook = edition / "book" / "part3" / "alibi.ipynb"
     notebook.write_text("{}\n")
+    (edition / "README.md").write_text("# The Colab edition\n")
+    # the instructor edition (the answer key) lies beside it: never published
+    (edition / INSTRUCTOR_ZIP).write_bytes(b"PK\x05\x06" + bytes(18))
 
     said = publish_colab.push(edition, clones[0], "origin")
     first = git(remote, "rev-parse", "colab")
     assert said.startswith("origin/colab -> ") and first.startswith(said.split()[-1])
-    assert git(remote, "ls-tree", "-r", "--name-only", "colab") == (
-        "book/part3/alibi.ipynb"
-    )
+    assert git(remote, "ls-tree", "-r", "--name-only", "colab").split() == [
+        "README.md",
+        "book/part3/alibi.ipynb",
+    ]
     # the second clone has no branch colab: it builds on the remote's
     notebook.write_text('{"v": 2}\n')
     publish_colab.push(edition, clones[1], "origin")

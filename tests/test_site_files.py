@@ -114,6 +114,28 @@ def test_the_front_page_links_the_pdf_the_site_serves(pages):
     assert (HTML / PDF_NAME).read_bytes()[:5] == b"%PDF-"
 
 
+def test_every_page_says_the_licenses_and_can_report_a_problem(pages):
+    """Every page of the book has the issues button's "Open issue" link, naming the
+    page, and a footer with both licenses (``_config.yml``: ``use_issues_button``,
+    ``extra_footer``)."""
+    from tools.authoring.colab_cell import _config_value
+    from tools.build.license_notice import CONTENT_URL
+
+    repo = _config_value("url")
+    book = [p for p in pages if p.relative_to(HTML).parts[0] == "book"]
+    assert book
+    missing = []
+    for page in book:
+        name = page.relative_to(HTML).with_suffix("").as_posix()
+        links = parsed(page).links
+        issue = f"{repo}/issues/new?title=Issue%20on%20page%20%2F{name}.html"
+        if not any(link.startswith(issue) for link in links):
+            missing.append(f"{name}: no Open issue link")
+        if CONTENT_URL not in links or f"{repo}/blob/main/LICENSE" not in links:
+            missing.append(f"{name}: no license in the footer")
+    assert not missing, "\n".join(missing[:10])
+
+
 def test_the_link_check_has_teeth(pages, tmp_path):
     """A page of the site with a link to a missing file and one to a missing anchor."""
     page = HTML / "book" / "intro.html"

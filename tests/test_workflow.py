@@ -9,7 +9,9 @@ the rest reads the workflow as data.
 
 from __future__ import annotations
 
+import fnmatch
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -70,14 +72,104 @@ def test_a_push_to_main_tests_builds_and_publishes_the_course():
     # the Colab edition, on the branch the Colab buttons open (_config.yml)
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     assert config["sphinx"]["config"]["colab_branch"] == publish_colab.BRANCH
-    push = [i for i, r in enumerate(runs) if "tools.build.publish_colab --push" in r]
-    assert push and push[0] > test_step
-    assert build["permissions"] == {"contents": "write"}, "to push branch colab"
+    colab = flow["jobs"]["colab"]
+    assert colab["needs"] == "build", "pushed only once every test has passed"
+    assert any(
+        "tools.build.publish_colab --push" in s.get("run", "") for s in steps(colab)
+    )
     # GitHub Pages: deploy-pages after the build, with the permissions it needs
     assert deploy["needs"] == "build"
     assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
     assert deploy["environment"]["name"] == "github-pages"
     assert len(uses(deploy, "actions/deploy-pages")) == 1
+
+
+def test_only_the_push_of_branch_colab_may_write_and_the_tests_hold_no_token():
+    """The test command runs the whole course's code: its job has a read-only token,
+    not kept in the checkout. Only the job that pushes branch colab may write
+    (``contents`` alone), and it runs nothing but that push."""
+    flow = yaml.safe_load(PUBLISH.read_text())
+    jobs = flow["jobs"]
+    writers = {
+        name: job["permissions"]
+        for name, job in jobs.items()
+        if "write" in job.get("permissions", {}).values()
+    }
+    assert writers == {
+        "colab": {"contents": "write"},
+        "deploy": {"pages": "write", "id-token": "write"},
+    }
+    build = jobs["build"]
+    assert build["permissions"] == {"contents": "read"}
+    for step in uses(build, "actions/checkout"):
+        assert step.get("with", {}).get("persist-credentials") is False
+    # the colab job runs only the push, on the edition the tested build made
+    runs = [s["run"] for s in steps(jobs["colab"]) if "run" in s]
+    assert [r for r in runs if "python" in r] == [
+        r for r in runs if "python -m tools.build.publish_colab --push origin" in r
+    ]
+    assert ".ci/run" not in "".join(runs) and "make" not in "".join(runs)
+    handed = uses(build, "actions/upload-artifact")
+    taken = uses(jobs["colab"], "actions/download-artifact")
+    assert len(handed) == len(taken) == 1
+    assert handed[0]["with"]["name"] == taken[0]["with"]["name"]
+    assert taken[0]["with"]["path"] == "_build/colab"
+
+
+def test_the_answer_key_never_leaves_the_build():
+    """The instructor edition (``_build/colab/posenc-instructor-notebooks.zip``, the
+    answer key) is not in the artifact handed to the colab job (an artifact of a
+    public repository can be downloaded), and ``publish_colab`` would not push it
+    (``tests/test_publish_colab.py``)."""
+    from tools.build.colab_edition import INSTRUCTOR_ZIP
+
+    flow = yaml.safe_load(PUBLISH.read_text())
+    (handed,) = uses(flow["jobs"]["build"], "actions/upload-artifact")
+    paths = handed["with"]["path"].split()
+    assert "_build/colab" in paths
+    excluded = [p[1:] for p in paths if p.startswith("!")]
+    assert any(fnmatch.fnmatch(f"_build/colab/{INSTRUCTOR_ZIP}", p) for p in excluded)
+
+
+# The current major version of each action the workflow uses (as of November 2026:
+# the tags of each action's repository); GitHub retires the older ones' runtimes.
+CURRENT_MAJOR = {
+    "actions/checkout": 7,
+    "actions/setup-python": 7,
+    "actions/upload-artifact": 7,
+    "actions/download-artifact": 8,
+    "actions/upload-pages-artifact": 5,
+    "actions/deploy-pages": 5,
+}
+
+
+def test_every_action_is_at_its_current_major_version():
+    flow = yaml.safe_load(PUBLISH.read_text())
+    used = [
+        s["uses"] for job in flow["jobs"].values() for s in steps(job) if "uses" in s
+    ]
+    assert used
+    for ref in used:
+        action, _, version = ref.partition("@")
+        assert action in CURRENT_MAJOR, f"{action}: which major version is current?"
+        assert version == f"v{CURRENT_MAJOR[action]}", (
+            f"{ref}: the current major version is v{CURRENT_MAJOR[action]}"
+        )
+
+
+def test_the_fresh_installs_take_torch_from_the_cpu_index_the_workflow_uses():
+    """PyPI's torch for Linux brings several GB of CUDA libraries, more than a GitHub
+    runner's disk spares: the workflow installs a CPU build first, and the fresh
+    environments of ``tests/test_package.py`` (run by the test command) take theirs
+    from the same CPU index."""
+    from tests import test_package
+
+    text = PUBLISH.read_text()
+    index = re.search(r"--index-url (\S+)", text)
+    assert index and index.group(1).rstrip("/").endswith("/whl/cpu")
+    assert test_package.CPU_TORCH_INDEX == index.group(1)
+    source = (ROOT / "tests" / "test_package.py").read_text()
+    assert re.search(r"pip\(torch_pin, [^)]*CPU_TORCH_INDEX\)", source)
 
 
 def test_the_workflow_runs_what_the_repository_has():

@@ -112,7 +112,9 @@ def apply_rope(
     rotary_dim: int | None = None,
 ) -> torch.Tensor:
     """Rotate ``x`` ``(..., n, d)`` at integer ``positions`` ``(n,)``, or ``(b|1, n)``
-    for ``x`` ``(b, n, d)`` or ``(b, h, n, d)``; same shape and dtype. ``cos_sin``:
+    for ``x`` ``(b, n, d)`` or ``(b, h, n, d)``; same shape and dtype (positions on
+    dim -2: Hugging Face's ``(b, n, h, d)`` projections are transposed first, or
+    their heads are rotated as positions). ``cos_sin``:
     the ``rope_cos_sin`` of these positions, when the caller has them already
     (``checked``: and has checked the arguments, as ``Rotary`` does once per forward).
 
@@ -193,9 +195,20 @@ def _check_rope_args(x, positions, inv_freq, layout, rotary_dim=None) -> torch.T
         or positions.shape[-1] != n
         or (positions.dim() == 2 and positions.shape[0] not in (1, b))
     ):
+        layout_hint = ""
+        if (
+            x.dim() == 4
+            and positions.dim() in (1, 2)
+            and positions.shape[-1] == x.shape[1]
+        ):
+            layout_hint = (
+                ": their length is x's dim 1, so x looks like (b, n, h, d), heads "
+                "after positions (Hugging Face's projections before .transpose(1, "
+                "2)); apply_rope takes (b, h, n, d): pass x.transpose(1, 2)"
+            )
         raise ValueError(
             f"positions must have shape ({n},) or ({b}, {n}) to match x "
-            f"{tuple(x.shape)}, got {tuple(positions.shape)}"
+            f"{tuple(x.shape)}, got {tuple(positions.shape)}{layout_hint}"
         )
     if not isinstance(inv_freq, torch.Tensor) or inv_freq.shape != (d // 2,):
         what = "d" if rotary_dim is None else "rotary_dim"

@@ -45,6 +45,9 @@ install cell stays first):
 tests/test_colab_edition.py renders every generated notebook as Colab does
 (CommonMark, no MyST) and fails on any MyST markup left.
 
+``OUT/README.md`` says what the edition is and under which licenses (published with
+the notebooks on branch ``colab``).
+
 The **instructor edition** is the same notebooks, solutions included, zipped with a
 README (``OUT/posenc-instructor-notebooks.zip``): the teacher's answer key, which the
 site does not serve (the student edition is the one it serves, without solutions).
@@ -546,13 +549,42 @@ notebook with Jupyter.
 """
 
 
+COLAB_README = """# Positional Encoding: Past, Present and Future — Colab edition
+
+Every chapter of the course ({site}) as a notebook that Colab renders as the website
+does: exercises numbered, solutions collapsed under each exercise, the numbers the
+build measured. The Colab button of a chapter's page opens it here. This branch is
+written by the site build from branch {branch} of {url} on every publication: edit
+the chapters there, not here.
+"""
+
+
+def write_readme(out_dir: pathlib.Path) -> pathlib.Path:
+    """The Colab edition's README (published with it on branch ``colab``)."""
+    from tools.build.license_notice import notice
+
+    path = out_dir / "README.md"
+    path.write_text(
+        COLAB_README.format(
+            site=site_url(), url=_config_value("url"), branch=_config_value("branch")
+        )
+        + notice()
+    )
+    return path
+
+
 def instructor_zip(out_dir: pathlib.Path, entries: list[str]) -> pathlib.Path:
     """Zip the Colab-edition notebooks of ``entries`` (solutions kept) with a README."""
     import zipfile
 
+    from tools.build.license_notice import notice
+
     path = out_dir / INSTRUCTOR_ZIP
-    readme = INSTRUCTOR_README.format(
-        url=_config_value("url"), branch=_config_value("branch")
+    readme = (
+        INSTRUCTOR_README.format(
+            url=_config_value("url"), branch=_config_value("branch")
+        )
+        + notice()
     )
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("README.md", readme)
@@ -592,6 +624,7 @@ def main() -> int:
     done = build(
         pathlib.Path(args.out), executed, args.allow_missing, entries, not args.executed
     )
+    write_readme(pathlib.Path(args.out))
     instructor_zip(pathlib.Path(args.out), list(done))
     total = sum(c.substituted for c in done.values())
     print(f"wrote {len(done)} Colab notebooks to {args.out} ({total} glued values)")

@@ -15,8 +15,11 @@ Three steps:
 2. Headless Chromium (Debian's ``/usr/bin/chromium``, or ``$CHROMIUM``, driven by
    playwright) opens that page from a local server with every other request blocked,
    waits for MathJax to finish typesetting, for every image to load and for every
-   interactive (plotly) figure to be drawn, opens every collapsed block (hidden code,
-   exercise solutions), refuses to print if a formula was left as TeX, an image is
+   interactive (plotly) figure to be drawn, moves each exercise's solution to an
+   appendix at the end of the book (*Solutions to the exercises*, by chapter; a link
+   in its place: the site hides it under its exercise, a printed page cannot), opens
+   every collapsed block (hidden code), refuses to print if a formula was left as TeX,
+   an image is
    broken or a code block is wider than the page, and prints A4 pages with the print
    stylesheet ``_static/print.css`` (each chapter on a new page, code wrapped).
 3. The PDF is copied to ``_build/extra/`` (``html_extra_path``: every later site build
@@ -80,6 +83,50 @@ FOOTER = (
     '<span class="pageNumber"></span> / <span class="totalPages"></span></div>'
 )
 
+# The solutions: where the site hides each under its exercise, the PDF prints them
+# at the end, in an appendix by chapter, and leaves a link under the exercise.
+SOLUTIONS_TITLE = "Solutions to the exercises"
+SOLUTION_POINTER = "The solution is in the appendix, Solutions to the exercises."
+SOLUTIONS_TO_APPENDIX_JS = """([title, pointerText]) => {
+  const solutions = [...document.querySelectorAll('div.solution')];
+  if (!solutions.length) return 0;
+  // Sphinx's singlehtml puts <span id="document-..."> before each page's section
+  const chapterOf = s => s.closest('span[id^="document-"] + section');
+  const headingOf = c => c.querySelector('h1, h2, h3, h4');
+  const chapters = solutions.map(chapterOf).filter(Boolean);
+  const last = chapters[chapters.length - 1];
+  // the appendix is one more chapter (its heading at the chapters' level), after them
+  const level = last ? +headingOf(last).tagName[1] : 1;
+  const appendix = document.createElement('section');
+  appendix.id = 'solutions-appendix';
+  const heading = document.createElement('h' + level);
+  heading.textContent = title;
+  appendix.appendChild(heading);
+  let chapter = null;
+  for (const solution of solutions) {
+    const section = chapterOf(solution);
+    if (section && section !== chapter) {
+      chapter = section;
+      const name = headingOf(section).cloneNode(true);
+      name.querySelectorAll('a.headerlink').forEach(a => a.remove());
+      const sub = document.createElement('h' + Math.min(level + 1, 6));
+      sub.textContent = name.textContent.trim() + ' \\u2014 solutions';
+      appendix.appendChild(sub);
+    }
+    const pointer = document.createElement('p');
+    pointer.className = 'solution-pointer';
+    const link = document.createElement('a');
+    link.href = '#' + solution.id;
+    link.textContent = pointerText;
+    pointer.appendChild(link);
+    solution.replaceWith(pointer);
+    appendix.appendChild(solution);
+  }
+  const all = [...document.querySelectorAll('span[id^="document-"] + section')];
+  if (all.length) all[all.length - 1].after(appendix);
+  else document.body.appendChild(appendix);
+  return solutions.length;
+}"""
 # Run in the page before printing; each returns a list of problems (empty: fine).
 OPEN_COLLAPSED_JS = """() => {
   document.querySelectorAll('details').forEach(d => { d.open = true; });
@@ -232,6 +279,10 @@ def print_pdf(page_file: pathlib.Path, pdf: pathlib.Path) -> None:
         page.evaluate("() => MathJax.startup.promise")
         # interactive figures (posenc_lib.interactive) are drawn by plotly.js
         page.wait_for_function(DRAWN_JS, timeout=60_000)
+        moved = page.evaluate(
+            SOLUTIONS_TO_APPENDIX_JS, [SOLUTIONS_TITLE, SOLUTION_POINTER]
+        )
+        print(f"[pdf] {moved} solutions printed in the appendix", flush=True)
         page.evaluate(OPEN_COLLAPSED_JS)
         problems = page.evaluate(WAIT_IMAGES_JS)
         page.evaluate("() => document.fonts.ready.then(() => true)")

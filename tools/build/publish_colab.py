@@ -6,8 +6,10 @@
 
 The site's Colab buttons open ``.../blob/colab/book/<part>/<chapter>.ipynb``
 (``tools/build/colab_launch.py``, enabled in ``_config.yml``): the Colab edition,
-which renders in Colab as the page does. This writes ``_build/colab`` (made by the
-site build) as one commit on the local branch ``colab`` — its parent the branch's
+which renders in Colab as the page does. This writes the notebooks of
+``_build/colab`` (made by the site build) and its README, and nothing else (not the
+instructor edition's zip beside them: the answer key is not published), as one
+commit on the local branch ``colab`` — its parent the branch's
 previous commit, its message the ``main`` commit it was built from — with git's own
 plumbing (a temporary index, ``write-tree``, ``commit-tree``, ``update-ref``), so the
 working tree, the index and the checked-out branch are never touched. An edition
@@ -32,6 +34,7 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EDITION = ROOT / "_build" / "colab"
 BRANCH = "colab"
+README = "README.md"  # the branch holds the notebooks and this, never the answer key
 
 
 def _git(repo: pathlib.Path, *args: str, env: dict | None = None) -> str:
@@ -80,7 +83,9 @@ def publish(
     source = _git(repo, "rev-parse", "--short", "HEAD")
     with tempfile.TemporaryDirectory() as tmp:
         env = {"GIT_INDEX_FILE": str(pathlib.Path(tmp) / "index")}
-        _git(repo, f"--work-tree={edition}", "add", "-A", ".", env=env)
+        readme = [edition / README] if (edition / README).is_file() else []
+        names = [p.relative_to(edition).as_posix() for p in notebooks + readme]
+        _git(repo, f"--work-tree={edition}", "add", "--", *names, env=env)
         tree = _git(repo, "write-tree", env=env)
     if parent is None:
         parent = _tip(repo, f"refs/heads/{branch}")

@@ -858,6 +858,13 @@ wheel; MathJax (Apache-2.0) from the sphinx-mathjax-offline wheel.
 """
 
 
+def readme() -> str:
+    """The decks' README, ending with the course's licenses."""
+    from tools.build.license_notice import notice
+
+    return README.format(reveal=reveal_version()) + notice()
+
+
 def reveal_version() -> str:
     import importlib.util
 
@@ -905,7 +912,7 @@ def build(
             "--executed DIR, or --allow-missing); missing glued values:\n"
             + "\n".join(f"  {e}: {', '.join(v)}" for e, v in missing.items())
         )
-    (out / "README.md").write_text(README.format(reveal=reveal_version()))
+    (out / "README.md").write_text(readme())
     with zipfile.ZipFile(out / ZIP, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(out.rglob("*")):
             if path.is_file() and path.name != ZIP:

@@ -204,8 +204,10 @@ def strip_solutions(nb: dict, chapter: int | None = None) -> tuple[dict, int]:
 
 def readme() -> str:
     from tools.authoring.colab_cell import _config_value
+    from tools.build.license_notice import notice
 
-    return README.format(url=_config_value("url"), branch=_config_value("branch"))
+    url, branch = _config_value("url"), _config_value("branch")
+    return README.format(url=url, branch=branch) + notice()
 
 
 class StudentConverter(colab_edition.Converter):
