@@ -46,11 +46,11 @@ test: $(STAMP)
 # with python -m tools.build.gpu_run collect RESULTS, and commit). On a box with its
 # own Python and torch and no package registry:
 #   make wheels                                # here, where PyPI is reachable
-#   make test-gpu PY=python3 WHEELS=wheels RESULTS=DIR     # there: no venv, offline
+#   make test-gpu PY=python3 WHEELS=_build/wheels RESULTS=DIR  # there: offline
 # FAKE_CUDA=1 rehearses it on a machine without a card. See tools/build/test_gpu.sh.
 RESULTS ?= _build/gpu-results
 WHEELS ?=
-WHEELS_DIR ?= wheels
+WHEELS_DIR ?= _build/wheels
 WHEELS_PYTHON ?= 3.12
 BUDGET_S ?= 540
 # a Python given on the command line (PY=python3) is used as it is: no venv

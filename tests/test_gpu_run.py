@@ -122,3 +122,33 @@ def test_collect_refuses_a_rehearsal_on_the_fake_device(tmp_path, monkeypatch):
     assert gpu_run.collect(tmp_path) == 0
     assert json.loads((into / "gpu.json").read_text()) == record
     assert gpu_run.collect(tmp_path / "empty") == 1
+
+
+def test_the_attention_benchmark_is_bounded_and_writes_row_by_row(
+    tmp_path, monkeypatch
+):
+    """The GPU run's bounds, at tiny sizes: FlexAttention capped at no compile,
+    then no measurement past the deadline; every row it did not run says why, the
+    files say whether and why it stopped, and no half-written file is left."""
+    from tools.measure import bench_attention
+
+    monkeypatch.setenv(bench_attention.MMAP_VAR, "65536")  # no re-exec in a test
+    out = tmp_path / "attention_cpu.csv"
+    argv = ["--n", "16", "32", "--names", "alibi", "--paths", "fast", "flex",
+            "--repeats", "2", "--out", str(out)]  # fmt: skip
+    assert bench_attention.main([*argv, "--max-compiles", "0"]) == 0
+    data = json.loads(out.with_suffix(".json").read_text())
+    rows = {(r["n"], r["path"], r["positions"]): r for r in data["rows"]}
+    assert rows[16, "fast", "explicit"]["fwd_x"] > 0
+    capped = "not run: FlexAttention compiles capped at 0 (--max-compiles)"
+    assert rows[16, "flex", "explicit"]["note"] == capped
+    assert data["meta"]["complete"] and data["meta"]["stopped"] is None
+    assert data["meta"]["compiles"] == 0
+
+    assert bench_attention.main([*argv, "--deadline-s", "0"]) == 0
+    data = json.loads(out.with_suffix(".json").read_text())
+    notes = {r.get("note") for r in data["rows"] if r["path"] != "fused"}
+    assert notes == {"not run: past the time budget (--deadline-s)"}
+    assert data["meta"]["stopped"] == "time budget: --deadline-s 0"
+    assert out.read_text().count("past the time budget") == len(data["rows"]) - 2
+    assert not list(tmp_path.glob("*.part"))

@@ -256,7 +256,8 @@ def main(argv=None) -> int:
     # the fused and explicit paths first, at every length, then FlexAttention (its
     # compiles are what a time budget runs out of)
     for path in sorted(args.paths, key=lambda p: p == "flex"):
-        for n in lengths if path != "flex" else sorted(set(lengths) & set(args.flex_n)):
+        flex_n = sorted(set(lengths) & set(args.flex_n or lengths))
+        for n in flex_n if path == "flex" else lengths:
             q, k, v, qg, kg, vg, sdpa_fwd, sdpa_fb, base_peak = context(n)
             for name in names:
                 for row in measure(

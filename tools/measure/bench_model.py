@@ -157,12 +157,20 @@ def build(name: str, cfg: dict, device: torch.device, dtype: torch.dtype):
 
 
 def measure(
-    models: dict, tokens: torch.Tensor, repeats: int, deadline=None, each_round=None
+    models: dict,
+    tokens: torch.Tensor,
+    repeats: int,
+    deadline=None,
+    each_round=None,
+    skipped=None,
 ) -> dict:
     """name -> {"fwd": [s, ...], "fb": [s, ...], "peak": MiB}: warm-up and the
     peak of each model, then ``repeats`` rounds, every model once per round, in
-    turn. With ``deadline`` (a ``time.perf_counter()`` value) no round starts past
-    it (one always runs); ``each_round(times)`` is called after every round."""
+    turn. With ``deadline`` (a ``time.perf_counter()`` value) no model but the two
+    references (the baseline, NoPE) is warmed up past it, and no round starts past
+    it (one always runs): a model left out is removed from ``models`` and
+    ``skipped(name)`` is called. ``each_round(times)`` is called after every
+    round."""
     device = tokens.device
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
     targets = tokens.flatten()
@@ -186,7 +194,13 @@ def measure(
         return time.perf_counter() - start
 
     times = {name: {"fwd": [], "fb": []} for name in models}
-    for name, model in models.items():  # warm-up: caches, kernels, allocator
+    for name, model in list(models.items()):  # warm-up: caches, kernels, allocator
+        late = deadline is not None and time.perf_counter() > deadline
+        if late and name not in (BASELINE, "nope"):
+            del models[name], times[name]
+            if skipped is not None:
+                skipped(name)
+            continue
         for _ in range(2):
             timed(fwd, model), timed(fb, model)
         model.zero_grad(set_to_none=True)
@@ -385,7 +399,12 @@ def main(argv=None) -> int:
                 write(out, meta, rows_of(times, default_path, notes, models))
 
             deadline = None if args.deadline_s is None else started + args.deadline_s
-            times = measure(models, tokens, args.repeats, deadline, save)
+
+            def skipped(name):
+                notes[name] = "not run: past the time budget (--deadline-s)"
+                default_path.pop(name)
+
+            times = measure(models, tokens, args.repeats, deadline, save, skipped)
         save(times, complete=True)
         rows = rows_of(times, default_path, notes, models)
     finally:
