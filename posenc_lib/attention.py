@@ -47,7 +47,8 @@ def reference_attention(q, k, v, pe: PositionalEncoding, pos: Positions, ctx: Co
 
     Half-precision q, k, v are scored in float32, as the fused kernels do."""
     q, k = pe.call_hook("transform_qk", q, k, pos.q, pos.k, ctx=ctx)  # RoPE
-    ctx = ctx.replace(q=q, k=k)  # later hooks see the transformed q, k
+    v = pe.call_hook("transform_v", v, pos.k, ctx=ctx)  # DeepSeek-V4: v rotated
+    ctx = ctx.replace(q=q, k=k, v=v)  # later hooks see the transformed q, k, v
     work = torch.promote_types(q.dtype, torch.float32)
     # omega_ij = (q_i . k_j) * scale + bias_ij
     scores = torch.einsum("bhid,bhjd->bhij", q.to(work), k.to(work)) * scale_of(pe, q)
@@ -62,6 +63,7 @@ def reference_attention(q, k, v, pe: PositionalEncoding, pos: Positions, ctx: Co
     extra = pe.call_hook("value_bias", weights, pos.q, pos.k, ctx=ctx)
     if extra is not None:
         out = out + extra
+    out = pe.call_hook("transform_out", out, pos.q, ctx=ctx)  # V4: rotated back
     return out.to(v.dtype), weights.to(q.dtype)
 
 
@@ -148,7 +150,10 @@ def _attend(q, k, v, pe, pos: Positions, x, path: str, return_weights: bool):
     if why is not None:
         raise ValueError(why)
     q, k = pe.call_hook("transform_qk", q, k, pos.q, pos.k, ctx=ctx)
-    return backend.attend(q, k, v, pe, pos, ctx.replace(q=q, k=k), scale_of(pe, q))
+    v = pe.call_hook("transform_v", v, pos.k, ctx=ctx)  # per key: before the kernel
+    ctx = ctx.replace(q=q, k=k, v=v)
+    out = backend.attend(q, k, v, pe, pos, ctx, scale_of(pe, q))
+    return pe.call_hook("transform_out", out, pos.q, ctx=ctx)  # per query: after it
 
 
 class MultiHeadAttention(nn.Module):

@@ -7,11 +7,17 @@ calls them in this fixed order::
 
     x = encode_input(x, pos)                      # once, on the embeddings
     q, k = transform_qk(q, k, q_pos, k_pos)       # e.g. RoPE rotates q and k
+    v = transform_v(v, k_pos)                     # DeepSeek-V4 rotates v as well
     scores = q @ k^T * scale                      # scale = 1/sqrt(d) unless set
     scores = scores + score_bias(q, k, q_pos, k_pos)     # ALiBi, T5, Shaw, FoX
     scores = transform_scores(scores, q_pos, k_pos)      # DA-Transformer, CoPE
     weights = attention_weights(scores, mask)     # softmax unless replaced
     out = weights @ v + value_bias(weights, q_pos, k_pos)   # e.g. Shaw's value term
+    out = transform_out(out, q_pos)               # DeepSeek-V4 rotates it back
+
+``transform_v`` and ``transform_out`` are maps per token (a value by its key's
+position, an output by its query's), so a fused kernel runs between them: every
+backend calls them around its kernel, as it calls ``transform_qk`` before it.
 
 **Positions** handed to the hooks are int64 tensors ``(1|b, i)`` and ``(1|b, j)``
 (one row when the batch shares them), or ``(1|b, ., a)`` integer coordinates for an
@@ -79,11 +85,19 @@ FAST_FORMS: tuple[str, ...] = (
 HOOKS: tuple[str, ...] = (
     "encode_input",
     "transform_qk",
+    "transform_v",
     "score_bias",
     "transform_scores",
     "attention_weights",
     "value_bias",
+    "transform_out",
 )
+
+# The hooks between the biased scores and the output, which a fused kernel does not
+# take (``transform_v`` and ``transform_out`` act per token, around the kernel).
+SCORE_PATH_HOOKS: tuple[str, ...] = (
+    "transform_scores", "attention_weights", "value_bias",
+)  # fmt: skip
 
 
 class Context:
@@ -91,7 +105,8 @@ class Context:
     field may be ``None`` where the caller does not have it.
 
     ``x`` ``(b, i, D)`` the layer input; ``q`` ``(b, h, i, d)`` and ``k``
-    ``(b, h, j, d)`` after ``transform_qk``; ``v`` ``(b, h, j, e)``; ``mask``
+    ``(b, h, j, d)`` after ``transform_qk``; ``v`` ``(b, h, j, e)`` after
+    ``transform_v``; ``mask``
     ``(b|1, 1|h, i, j)`` bool, True = may attend (``None``: every key visible);
     ``causal``; ``inputs``, the named side inputs; ``positions``, the forward pass's
     ``Positions`` (shared by every layer).
@@ -112,7 +127,7 @@ class Context:
         return self._mask
 
     def replace(self, **fields) -> "Context":
-        """A copy with ``fields`` changed (``q``, ``k`` after ``transform_qk``)."""
+        """A copy with ``fields`` changed (``q``, ``k``, ``v`` after the transforms)."""
         names = ("x", "q", "k", "v", "causal", "inputs", "positions")
         kept = {name: getattr(self, name) for name in names}
         return Context(mask=self._mask, **{**kept, **fields})
@@ -130,7 +145,7 @@ class Context:
 
 
 class PositionalEncoding(nn.Module):
-    """Base class with six identity hooks; subclasses override only what they need.
+    """Base class with eight identity hooks; subclasses override only what they need.
 
     Class attributes a subclass may set:
 
@@ -218,6 +233,12 @@ class PositionalEncoding(nn.Module):
         """``(b, h, i, d), (b, h, j, d) -> same``: transform queries and keys (RoPE)."""
         return q, k
 
+    def transform_v(self, v: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        """``(b, h, j, e), (1|b, j) -> (b, h, j, e)``: transform each value by its key's
+        position (DeepSeek-V4 rotates it as it rotates the key). Called after
+        ``transform_qk``; later hooks see the result as ``ctx.v``."""
+        return v
+
     def score_bias(
         self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
     ) -> torch.Tensor | None:
@@ -246,6 +267,12 @@ class PositionalEncoding(nn.Module):
         """``(b, h, i, j) -> None`` or ``(b|1, h|1, i, e)``, added to ``weights @ v``
         (Shaw's ``sum_j a_ij a^V_ij``)."""
         return None
+
+    def transform_out(self, out: torch.Tensor, q_pos: torch.Tensor) -> torch.Tensor:
+        """``(b, h, i, e), (1|b, i) -> (b, h, i, e)``: transform each query's output by
+        its position, last (DeepSeek-V4 rotates it back by the query's position, so
+        that with ``transform_v`` a value enters by its offset ``j - i`` only)."""
+        return out
 
     def score_mod(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> ScoreMod | None:
         """``None``, or ``score_bias`` and ``transform_scores`` as one FlexAttention
@@ -322,12 +349,13 @@ class PositionalEncoding(nn.Module):
 
     @property
     def needs_score_path(self) -> bool:
-        """True when a hook after ``score_bias`` is overridden, so the fused kernel
-        cannot be used (an ``attention_weights`` that ``sink_logits`` restates is
+        """True when a hook of ``SCORE_PATH_HOOKS`` (after ``score_bias``, before the
+        output's ``transform_out``) is overridden, so the fused kernel cannot be
+        used (an ``attention_weights`` that ``sink_logits`` restates is
         run by the kernel, with one more key). An encoding with a
         ``causal_attention`` still runs that on the fused path for the calls it
         serves (``runs_fused``)."""
-        late = [hook for hook in HOOKS[3:] if overrides(self, hook)]
+        late = [hook for hook in SCORE_PATH_HOOKS if overrides(self, hook)]
         if late == ["attention_weights"] and overrides(self, "sink_logits"):
             return False
         return bool(late)

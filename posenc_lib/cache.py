@@ -3,8 +3,10 @@ with any registered causal encoding, and get what a full forward pass gives.
 
 One ``KVCache`` per attention layer keeps, for every token seen so far:
 
-* its key and value ``(b, h, j, d)`` **as projected**, before ``transform_qk``: the
-  encoding transforms them again at every step. That costs one rotation per cached
+* its key and value ``(b, h, j, d)`` **as projected**, before ``transform_qk`` and
+  ``transform_v``: the encoding transforms them again at every step (a rotated
+  value, DeepSeek-V4's, is rotated by its own position whatever the step, and the
+  step's output by the new queries' positions). That costs one rotation per cached
   key and step for RoPE (Hugging Face caches rotated keys instead, see the Part VII
   chapter *RoPE in your own code* and ``posenc_lib.decoding``), and it is exact for
   every encoding, including those whose transform depends on the whole call (dynamic

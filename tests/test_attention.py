@@ -183,6 +183,10 @@ class Recorder(pl.PositionalEncoding):
         self.calls.append("transform_qk")
         return 2 * q, k
 
+    def transform_v(self, v, k_pos):
+        self.calls.append("transform_v")
+        return 3 * v
+
     def score_bias(self, q, k, q_pos, k_pos):
         self.calls.append("score_bias")
         return (k_pos[:, None, None, :] - q_pos[:, None, :, None]).to(
@@ -201,6 +205,10 @@ class Recorder(pl.PositionalEncoding):
         self.calls.append("value_bias")
         return weights.sum(-1, keepdim=True)  # (b, h, i, 1) == 1
 
+    def transform_out(self, out, q_pos):
+        self.calls.append("transform_out")
+        return 2 * out
+
 
 def test_hooks_are_called_in_the_fixed_order_and_compose_as_documented():
     q, k, v = qkv(i=4, j=4)
@@ -209,16 +217,20 @@ def test_hooks_are_called_in_the_fixed_order_and_compose_as_documented():
     out = pl.attention(q, k, v, pe, causal=True)
     assert pe.calls == [
         "transform_qk",
+        "transform_v",
         "score_bias",
         "transform_scores",
         "attention_weights",
         "value_bias",
+        "transform_out",
     ]
+    assert tuple(pe.calls) == pl.HOOKS[1:]  # every hook past encode_input, in order
     rel = (torch.arange(4)[None, :] - torch.arange(4)[:, None]).double()
     scores = (0.5 * ((2 * q) @ k.transpose(-1, -2) / math.sqrt(8) + rel)).masked_fill(
         torch.ones(4, 4, dtype=torch.bool).triu(1), float("-inf")
     )
-    assert_close(out, scores.softmax(-1) @ v + 1.0)
+    # transform_out last: 2 (sum_j a_ij (3 v_j) + 1), not 2 sum_j a_ij (3 v_j) + 1
+    assert_close(out, 2 * (scores.softmax(-1) @ (3 * v) + 1.0))
     with pytest.raises(ValueError, match="path='fast' cannot be used"):
         pl.attention(q, k, v, pe, path="fast")
 

@@ -471,6 +471,35 @@ def test_t5_trains_without_an_n_by_n_tensor_on_the_cpu():
         assert_close(got, want, atol=1e-6, rtol=1e-4)
 
 
+def test_the_key_bias_column_is_w_minus_the_blocks_middle(monkeypatch):
+    """What ``key_bias_blocks`` hands the kernel, block by block: the queries get
+    ``1/scale`` and key j gets ``w_j - w_m`` (m: the key at the block's middle
+    query), so the kernel's scaled score is ``q_i . k_j * scale + w_j - w_m``, and
+    its softmax over the keys a row sees is that of ``q_i . k_j * scale + w_j``."""
+    from posenc_lib.backends import fused
+
+    monkeypatch.setattr(fused, "KEY_BIAS_BLOCK", 4)
+    torch.manual_seed(0)
+    b, h, i, j, d, scale, size = 2, 3, 10, 13, 4, 0.37, 4
+    q, k, v = (torch.randn(b, h, n, d, dtype=torch.float64) for n in (i, j, j))
+    w = torch.randn(b, h, j, dtype=torch.float64) * 5
+    full = torch.einsum("bhid,bhjd->bhij", q, k) * scale + w[:, :, None, :]
+    starts = range(0, i, size)
+    by_flash = fused._flash_blocks(q, k, v, w, scale)  # the CPU kernel's blocks
+    for start, (q2, k2, _, mask) in zip(starts, by_flash):
+        stop = min(start + size, i)
+        seen, m = stop + j - i, (start + stop) // 2 + j - i
+        q1, k1, _ = fused._key_bias_block(q, k, v, w, start, stop, scale)
+        for qq, kk in ((q1, k1), (q2[..., : d + 1], k2[..., : d + 1])):
+            assert_close(qq[..., d], torch.full_like(qq[..., d], 1 / scale))
+            assert_close(kk[..., d], w[..., :seen] - w[..., m : m + 1])
+            kernel = torch.einsum("bhid,bhjd->bhij", qq, kk) * scale
+            want = full[:, :, start:stop, :seen] - w[:, :, None, m : m + 1]
+            assert_close(kernel, want)
+        rows = full[:, :, start:stop, :seen] + mask  # mask: 0 or -inf (token order)
+        assert_close((kernel + mask).softmax(-1), rows.softmax(-1))
+
+
 @pytest.mark.parametrize("flushing", [False, True])
 def test_the_cpu_kernel_leaves_the_callers_subnormal_setting(flushing):
     """The key_bias blocks run the CPU kernel with subnormals flushed (they are where

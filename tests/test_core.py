@@ -16,7 +16,7 @@ FUSED_DEFAULT = [
     "nope", "rope", "rope_dynamic", "alibi", "t5", "fox", "learned", "sinusoidal",
     "axial", "xpos", "conv_pos", "tener", "transformer_xl", "huang_m3", "huang_m4",
     "path", "path_fox",
-    "rope_chunked", "nope_tempered", "sink", "dsa",
+    "rope_chunked", "nope_tempered", "sink", "dsa", "rope_values",
 ]  # fmt: skip
 
 

@@ -69,6 +69,42 @@ def test_the_committed_benchmark_covers_every_encoding_and_path():
         assert {"fast", "slow", "flex"} <= paths, (name, paths)
 
 
+def test_the_committed_benchmark_has_the_float_mask_each_form_replaces():
+    """Path ``mask`` (the fused kernel with a ``key_bias`` or ``band_bias`` form
+    switched off) for every encoding with such a form, at the length the cost
+    chapter compares them: the chapter's trade of forward time against training
+    time and memory reads it."""
+    from posenc_lib.base import overrides
+
+    _, rows = pl.attention_benchmark("cpu")
+    for name in pl.REGISTRY:
+        pe = pl.make_encoding(name, d_model=32, n_heads=4, max_len=16)
+        if overrides(pe, "key_bias") or overrides(pe, "band_bias"):
+            masked = [r for r in rows if (r["encoding"], r["path"]) == (name, "mask")]
+            assert any(r["n"] == 2048 and r.get("fb_x") for r in masked), name
+
+
+def test_the_benchmarks_mask_path_runs_the_bias_as_a_float_mask(monkeypatch):
+    """``float_mask_twin``: the same encoding and output, through the float mask (its
+    form never called); None for an encoding without a form."""
+    from posenc_lib.backends import fused
+    from tools.measure.bench_attention import float_mask_twin
+
+    assert float_mask_twin(pl.NoPE()) is None
+    calls = []
+    monkeypatch.setattr(fused, "key_bias_blocks", lambda *a: calls.append(a))
+    monkeypatch.setattr(fused, "band_bias_blocks", lambda *a: calls.append(a))
+    for name in ("alibi", "t5", "fox"):
+        pe = pl.make_encoding(name, d_model=32, n_heads=4, max_len=64).double()
+        twin = float_mask_twin(pe)
+        q, k, v = (torch.randn(1, 4, 40, 8, dtype=torch.float64) for _ in range(3))
+        x = torch.randn(1, 40, 32, dtype=torch.float64)
+        got = pl.attention(q, k, v, twin, causal=True, path="fast", x=x)
+        want = pl.attention(q, k, v, pe, causal=True, path="slow", x=x)
+        torch.testing.assert_close(got, want)
+    assert calls == []  # neither form was used
+
+
 def test_an_unmeasured_device_is_refused_with_the_ones_there_are():
     with pytest.raises(ValueError, match=r"device must be one of \['cpu'"):
         pl.attention_benchmark("tpu")

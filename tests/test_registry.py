@@ -180,10 +180,13 @@ def test_score_mod_agrees_with_score_bias_and_transform_scores(name, kind):
 @pytest.mark.parametrize("name", NAMES)
 def test_needs_score_path_follows_the_overridden_hooks(name):
     cls = type(build(name))
+    # the hooks after score_bias, but the output's transform (per token, after it)
+    after_bias = pl.HOOKS[pl.HOOKS.index("score_bias") + 1 :]
     late = [
         h
-        for h in pl.HOOKS[3:]
-        if getattr(cls, h) is not getattr(pl.PositionalEncoding, h)
+        for h in after_bias
+        if h != "transform_out"
+        and getattr(cls, h) is not getattr(pl.PositionalEncoding, h)
     ]
     # an attention_weights that sink_logits restates runs on the kernel (one more key)
     on_the_kernel = late == ["attention_weights"] and overrides(cls, "sink_logits")
@@ -234,6 +237,45 @@ def test_fused_forms_equal_the_hooks_forward_and_backward(name, dtype, monkeypat
             )
         for slow, fast in zip(*results):
             assert_close(fast, slow, **tol)
+
+
+@pytest.mark.parametrize("kind", ["run", "gaps"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        n
+        for n in NAMES
+        if any(overrides(build(n), h) for h in ("transform_v", "transform_out"))
+    ],
+)
+def test_value_and_output_transforms_run_around_the_fused_kernel(name, kind):
+    """``transform_v`` and ``transform_out`` act per token, around the kernel: the
+    fused path equals the reference, outputs and the gradients of the input and of
+    every parameter (float64), causal or not, for runs and gapped positions."""
+    torch.manual_seed(0)
+    pe = build(name).double()
+    with torch.no_grad():  # parameters away from their initial values
+        for t in pe.parameters():
+            t.add_(torch.randn_like(t))
+    mha = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe, input_encoded=True).double()
+    x = torch.randn(2, 11, D_MODEL, dtype=torch.float64, requires_grad=True)
+    pos, inputs = positions(pe, 2, 11, kind)
+    for causal in (True,) if pe.causal_only else (False, True):
+        results = []
+        for path in ("slow", "fast"):
+            x.grad = None
+            mha.zero_grad()
+            out = mha(x, pos, causal=causal, path=path, inputs=inputs)
+            out.square().sum().backward()
+            results.append(
+                [
+                    out.detach(),
+                    x.grad.clone(),
+                    *(p.grad.clone() for p in mha.parameters()),
+                ]
+            )
+        for slow, fast in zip(*results):
+            assert_close(fast, slow)
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if overrides(build(n), "key_bias")])

@@ -95,6 +95,35 @@ def test_learned_sink_gets_a_gradient_on_the_fused_path_as_on_the_reference():
     assert not pe.needs_score_path
 
 
+def test_a_sink_trains_without_an_n_by_n_tensor():
+    """On the fused path the sink is the first key of the key-bias blocks: forward
+    and backward hold less than one ``(b, h, n, n)`` float32 tensor at n = 1024, and
+    the peak grows like n (an ``(n, n + 1)`` mask, with the kernel's math route per
+    block, grew like n^2: 4.2 MiB at n = 1024 for one head of 32, more than the
+    score tensor); the output and the gradients are the reference's."""
+    torch.manual_seed(0)
+    b, h, d = 1, 2, 16
+    pe = pl.LearnedSink(h)
+    with torch.no_grad():
+        pe.sinks.normal_()
+    peaks = {}
+    for n in (256, 1024):
+        q, k, v = (torch.randn(b, h, n, d, requires_grad=True) for _ in range(3))
+
+        def step(path):
+            for t in (q, k, v, pe.sinks):
+                t.grad = None
+            pl.attention(q, k, v, pe, causal=True, path=path).square().sum().backward()
+            return [t.grad.clone() for t in (q, k, v, pe.sinks)]
+
+        fast, peaks[n] = pl.tensor_memory(lambda: step("fast"))
+        for got, want in zip(fast, step("slow")):
+            assert_close(got, want, atol=1e-5, rtol=1e-4)
+    one_score_tensor = b * h * 1024 * 1024 * 4
+    assert peaks[1024] < one_score_tensor / 2, (peaks, one_score_tensor)
+    assert peaks[1024] / peaks[256] < 6, peaks  # n^2 would be 16
+
+
 def test_chunked_rope_sees_only_its_chunk_and_is_shift_invariant_by_chunks():
     torch.manual_seed(0)
     pe = pl.ChunkedRotary(8, chunk_size=4).double()

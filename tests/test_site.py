@@ -175,6 +175,27 @@ BROKEN_WORDS_JS = """() => {
   return out;
 }"""
 
+# A table whose narrowest layout (its longest unbreakable words side by side) leaves
+# less room in its box than a desktop browser's scroll bar takes: the headless browser
+# draws no scroll bar, but a reader's at 1280 px does (15-17 px), and the table then
+# scrolls sideways (the API reference's table of encodings needed 676 px of 672).
+SCROLL_BAR = 17
+TIGHT_TABLES_JS = """(room) => {
+  const out = [];
+  for (const t of document.querySelectorAll('article table')) {
+    const box = t.clientWidth;
+    const width = t.style.width;
+    t.style.width = 'min-content';
+    const narrowest = t.scrollWidth;
+    t.style.width = width;
+    if (narrowest > box - room) {
+      out.push(`table needs ${narrowest}px of ${box}px: `
+               + t.textContent.replace(/\\s+/g, ' ').trim().slice(0, 50));
+    }
+  }
+  return out;
+}"""
+
 # A table column that holds one value in every row says nothing (a "not measured"
 # column): tables of three rows or more only.
 CONSTANT_COLUMNS_JS = """() => {
@@ -216,7 +237,8 @@ def test_the_page_reads_at_desktop_and_phone_width(open_page, entry):
     """One load per page, then every check at each width: at desktop width a chapter
     renders for a reader (maths, figures, exercises, references, the Colab link);
     nothing is clipped at the right edge, and at desktop width no block scrolls
-    sideways; no table splits a word or holds a column with one value."""
+    sideways, nor a table once a scroll bar takes its width from the page; no table
+    splits a word or holds a column with one value."""
     page = open_page(f"{entry}.html", width=WIDTHS[0])
     for width in WIDTHS:
         if width != WIDTHS[0]:
@@ -226,6 +248,9 @@ def test_the_page_reads_at_desktop_and_phone_width(open_page, entry):
             check_the_chapter_renders_for_a_reader(page, entry, open_page.blocked)
         clipped = page.evaluate(CLIPPED_JS, width < 720)
         assert not clipped, f"{entry} at {width}px:\n" + "\n".join(clipped[:15])
+        if width == WIDTHS[0]:  # ... nor with a desktop browser's scroll bar
+            tight = page.evaluate(TIGHT_TABLES_JS, SCROLL_BAR)
+            assert not tight, f"{entry} at {width}px:\n" + "\n".join(tight[:15])
         broken = page.evaluate(BROKEN_WORDS_JS)
         assert not broken, (
             f"{entry} at {width}px, words split: {sorted(set(broken))[:15]}"

@@ -253,3 +253,24 @@ def test_attention_map_of_left_padded_rows():
         [model.attention_map(tokens[r : r + 1], 0, pos[r]) for r in (0, 1)]
     )
     assert_close(weights, alone)
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize(
+    "num_buckets, max_distance", [(32, 128), (64, 256), (16, 64), (48, 200)]
+)
+def test_the_band_starts_where_the_last_bucket_does(
+    num_buckets, max_distance, bidirectional
+):
+    """``T5RelativeBias.band`` (W) against the closed form of the first distance of
+    the past's last bucket b = B' - 1: n_b = ceil(E (M / E)^((b - E) / (B' - E))),
+    with B' the buckets of the past and E = B' / 2 of them exact (the T5 chapter
+    derives it); T5's own causal table (32 buckets, M = 128) has W = 113, the
+    bidirectional one 91."""
+    half = num_buckets // 2 if bidirectional else num_buckets  # B'
+    exact = half // 2  # E
+    start = exact * (max_distance / exact) ** ((half - 1 - exact) / (half - exact))
+    pe = pl.T5RelativeBias(2, num_buckets, max_distance, bidirectional)
+    assert pe.band == math.ceil(start - 1e-9)
+    if (num_buckets, max_distance) == (32, 128):
+        assert pe.band == (91 if bidirectional else 113)

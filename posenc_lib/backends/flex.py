@@ -5,7 +5,9 @@ evaluated inside the kernel, so nothing ``n x n`` is built for it. What it canno
 run, it refuses with the reason: hooks past the scores (stick-breaking's weights,
 Shaw's value term), terms with no ``score_mod``, float64 and backward on CPU.
 Causal attention in token order uses a block mask, so blocks no query sees are
-skipped.
+skipped. Per-token transforms of the values and the output (``transform_v``,
+``transform_out``: DeepSeek-V4's rotated values) are supported: they act outside the
+kernel, which ``posenc_lib.attention`` calls between them, as for the fused backend.
 """
 
 from __future__ import annotations

@@ -20,7 +20,13 @@ one float mask. It costs what the maths costs:
   as a mask, in blocks of queries, and on a CPU its gradient is summed over the
   band's diagonals only;
 * an encoding's own algorithm (``causal_attention``: stick-breaking, CoPE) runs the
-  causal calls in token order that it serves.
+  causal calls in token order that it serves;
+* values transformed by their key's position and outputs by their query's
+  (``transform_v``, ``transform_out``: DeepSeek-V4's rotated values) need nothing
+  here: both act per token, so ``sum_j a_ij (T_j v_j)`` is the kernel's output for
+  the values ``T_j v_j``, and ``U_i`` is applied to it. ``posenc_lib.attention``
+  calls them around every backend (``tests/test_registry.py`` holds outputs and
+  gradients equal to the reference).
 """
 
 from __future__ import annotations
@@ -107,9 +113,20 @@ def with_sinks(q, k, v, attn_mask, sinks, scale, ordered: bool) -> torch.Tensor:
     for every query and ``s_h`` for the sink key (0 for the others), so its scaled
     score is exactly ``s_h``. The kernel then differentiates the sinks like any key.
     (The same result is the plain attention rescaled by its log-sum-exp ``L_i``:
-    ``o_i * sigmoid(L_i - s_h)``.) ``(b, h, i, e)``."""
+    ``o_i * sigmoid(L_i - s_h)``.) ``(b, h, i, e)``.
+
+    Causal in token order with no other mask (float32 or float64), the sink key
+    goes first into the key-bias blocks (``key_bias_blocks``), with the bias
+    ``w = (s_h, 0, ..., 0)``: the call of ``i`` queries against ``1 + j`` keys is
+    then in token order too, and nothing ``n x n`` is built (an ``(i, 1 + j)`` mask
+    would be, since the kernel's causal mode wants ``i == j``)."""
     b, h, i, d = q.shape
     dtype = q.dtype
+    if attn_mask is None and ordered and dtype in (torch.float32, torch.float64):
+        w = F.pad(sinks.to(dtype).view(1, h, 1), (0, k.shape[2]))  # (1, h, 1 + j)
+        k0 = F.pad(k, (0, 0, 1, 0))  # the sink key first: zeros (b, h, 1 + j, d)
+        v0 = F.pad(v, (0, 0, 1, 0))  # and its value
+        return key_bias_blocks(q, k0, v0, w, scale)
     one = torch.full((b, h, i, 1), 1.0 / scale, dtype=dtype, device=q.device)
     column = sinks.to(dtype).view(1, h, 1, 1).expand(b, h, 1, 1)  # (b, h, 1, 1)
     sink_key = torch.cat([k.new_zeros(b, h, 1, d), column], dim=-1)  # (b, h, 1, d+1)
@@ -335,8 +352,11 @@ def _as_wide_as(t: torch.Tensor, width: int) -> torch.Tensor:
 def key_bias_blocks(q, k, v, w, scale) -> torch.Tensor:
     """Causal attention in token order with a bias ``u_i + w_j`` (``w`` ``(b|1, h|1,
     j)``, ``key_bias``): the softmax drops ``u_i``, and ``w_j`` is one more dimension
-    of the keys, ``w_j / (1/scale)`` against a constant ``1/scale`` of the queries, so
-    the kernel computes ``q_i . k_j * scale + w_j`` and its gradient.
+    of the keys. For a block of queries, key j gets ``w_j - w_m`` (m: the key at the
+    block's middle query) against a constant ``1/scale`` of the queries, so the
+    kernel computes ``(q_i, 1/scale) . (k_j, w_j - w_m) * scale = q_i . k_j * scale
+    + w_j - w_m`` and its gradient; ``w_m`` is the same for every key of the block's
+    rows, so the softmax drops it as it drops ``u_i``.
 
     In blocks of queries, each against the keys it sees, with ``w`` recentred on the
     block's middle query (computed in ``w``'s precision, then rounded): the keys

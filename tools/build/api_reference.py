@@ -325,11 +325,15 @@ def _rst_block(lines: list[str]) -> list[str]:
 
 def _encodings_table(rows: list[dict]) -> list[str]:
     """The table of registered encodings, one row each; four columns, so that every
-    one shows at desktop width (the name and its class share the first)."""
+    one shows at desktop width (the name and its class share the first), in a
+    container of class ``api-encodings``, whose code ``_static/api.css`` sets smaller:
+    the longest class names and hooks decide the table's width."""
     from tools import toc
 
     number = {e: f"{k}." for e, k in toc.chapter_numbers().items()}
     lines = [
+        "```{container} api-encodings",
+        "",
         "| name (class) | hooks | chapter | paper |",
         "|---|---|---|---|",
     ]
@@ -351,7 +355,7 @@ def _encodings_table(rows: list[dict]) -> list[str]:
             f"| `{row['name']}` ({cls}) | {hook_text} | {chapter_text} | "
             f"{row['paper'] or '—'} |"
         )
-    return lines
+    return [*lines, "```"]
 
 
 def _contents() -> list[str]:

@@ -9,7 +9,10 @@ b = 1, h = 4, d = 32, measured in the same run. Then every registered encoding o
 path it supports (``fast``, ``slow``, ``flex``; ``auto`` marks the default one), causal,
 with the encoding's example positions (``arange(n)`` for a sequence) and side inputs,
 and for a sequence encoding its default path once more with ``q_pos = k_pos = None``
-(column ``positions``: ``explicit`` or ``default``):
+(column ``positions``: ``explicit`` or ``default``). Path ``mask``, for an encoding
+with a ``key_bias`` or ``band_bias`` form (ALiBi, FoX, T5): the fused path with that
+form switched off, so that the bias reaches the kernel as a float mask, as most code
+runs it: what the form trades against.
 
 * ``fwd``: forward under ``torch.no_grad()``; every call shares one ``Positions``
   (``pl.prepare``), as the layers of one forward pass do, so what depends only on
@@ -146,7 +149,10 @@ def main(argv=None) -> int:
     )  # fmt: skip
     parser.add_argument("--n", type=int, nargs="+")
     parser.add_argument("--names", nargs="+", help="encodings (default: all)")
-    parser.add_argument("--paths", nargs="+", default=["fast", "slow", "flex"])
+    parser.add_argument(
+        "--paths", nargs="+", default=["fast", "slow", "flex", "mask"],
+        choices=["fast", "slow", "flex", "mask"],
+    )  # fmt: skip
     parser.add_argument("--flex-n", type=int, nargs="+", help="lengths for flex")
     parser.add_argument("--repeats", type=int, default=5, help="best of (default 5)")
     parser.add_argument(
@@ -169,8 +175,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=pathlib.Path, help="CSV path (JSON beside it)")
     parser.add_argument(
         "--merge", action="store_true",
-        help="keep the other encodings' rows of --out (an encoding added later); "
-        "the merged rows are marked in their note",
+        help="keep the rows of --out this run does not measure (other encodings, "
+        "or other paths of these); the merged rows are marked in their note",
     )  # fmt: skip
     args = parser.parse_args(argv)
     for key, value in PROFILES[args.profile].items():
@@ -223,7 +229,7 @@ def main(argv=None) -> int:
             complete=complete,
             stopped=state["stopped"],
         )
-        write(out, meta, rows, names, old)
+        write(out, meta, rows, names, args.paths, old)
 
     contexts = {}
 
@@ -294,6 +300,8 @@ def measure(name, path, n, q, k, v, qg, kg, vg, sdpa_fwd, sdpa_fb, base_peak, ar
     x = torch.randn(B, n, H * D, device=device)
     causal = pl.prepare(pe, B, H, n, n, pos, pos, True, None, inputs, device)
     default = "fast" if pe.runs_fused(causal) else "slow"  # this call's path
+    if path == "mask" and float_mask_twin(pe) is None:
+        return  # no form to switch off
     runs = [(path, "explicit")]
     if pe.coord_axes is None and path == default:
         runs.append((default, "default"))  # q_pos = k_pos = None: 0 .. n-1
@@ -309,8 +317,11 @@ def measure(name, path, n, q, k, v, qg, kg, vg, sdpa_fwd, sdpa_fb, base_peak, ar
             return pl.prepare(pe, B, H, n, n, p_, p_, True, None, inputs, device)
 
         shared = prepared()
+        # path mask: the fused path with the bias as a float mask
+        run_pe = float_mask_twin(pe) if path == "mask" else pe
+        run_path = "fast" if path == "mask" else path
 
-        def call(q_, k_, v_, path=path, pe=pe, shared=shared, x=x):
+        def call(q_, k_, v_, path=run_path, pe=run_pe, shared=shared, x=x):
             # a graph cannot be reused after its backward: training calls (q_
             # requires grad) get positions of their own
             own = prepared() if q_.requires_grad else shared
@@ -359,7 +370,7 @@ def measure(name, path, n, q, k, v, qg, kg, vg, sdpa_fwd, sdpa_fb, base_peak, ar
         finally:
             for t_ in (qg, kg, vg):
                 t_.grad = None
-            pe.zero_grad(set_to_none=True)
+            run_pe.zero_grad(set_to_none=True)
         if path == "flex":
             row["compile_s"] = round(first, 2)
             row["compiles"] = graphs_compiled() - graphs
@@ -392,11 +403,11 @@ def measure(name, path, n, q, k, v, qg, kg, vg, sdpa_fwd, sdpa_fb, base_peak, ar
         last_peak[key] = (n, max(p for p in peaks if p == p) + row["cache_mib"])
         for t_ in (qg, kg, vg):
             t_.grad = None
-        pe.zero_grad(set_to_none=True)
+        run_pe.zero_grad(set_to_none=True)
         yield row
 
 
-def write(out: pathlib.Path, meta: dict, rows: list[dict], names, old) -> None:
+def write(out: pathlib.Path, meta: dict, rows: list[dict], names, paths, old) -> None:
     """``out`` (CSV) and its JSON, each replaced whole; with ``old`` (--merge) the
     other encodings' rows of the earlier run kept, and its meta."""
     if old is not None:
@@ -404,20 +415,23 @@ def write(out: pathlib.Path, meta: dict, rows: list[dict], names, old) -> None:
         later = f"measured later ({when})"
         rows = [
             {**r, "note": "; ".join(filter(None, [r.get("note"), later]))}
-            if r["encoding"] in names else r
+            if r["encoding"] in names and r["path"] in paths else r
             for r in rows
         ]  # fmt: skip
+        # an old row stays unless this run measured its encoding on its path
         kept = [
             r for r in old["rows"]
-            if r["encoding"] not in names and r["encoding"] != "sdpa (reference)"
+            if not (r["encoding"] in names and r["path"] in paths)
+            and r["encoding"] != "sdpa (reference)"
         ]  # fmt: skip
         rows = (
             kept
             + [r for r in rows if r["encoding"] != "sdpa (reference)"]
             + [r for r in old["rows"] if r["encoding"] == "sdpa (reference)"]
         )
-        added = dict(encodings=names, when=when, torch=meta["torch"],
-                     numba=meta["numba"], seconds=meta["seconds"])  # fmt: skip
+        added = dict(encodings=names, paths=paths, when=when,
+                     torch=meta["torch"], numba=meta["numba"],
+                     seconds=meta["seconds"])  # fmt: skip
         meta = {**old["meta"], "merged": [*old["meta"].get("merged", []), added]}
     out.parent.mkdir(parents=True, exist_ok=True)
     part = out.with_name(out.name + ".part")
@@ -431,6 +445,24 @@ def write(out: pathlib.Path, meta: dict, rows: list[dict], names, old) -> None:
         json.dumps(dict(meta=meta, rows=rows), indent=1, default=str) + "\n"
     )
     os.replace(part, out.with_suffix(".json"))
+
+
+def float_mask_twin(pe):
+    """A copy of ``pe`` with its ``key_bias`` and ``band_bias`` forms switched off,
+    so that the fused path hands the kernel its ``score_bias`` as a float mask; None
+    for an encoding without either form."""
+    import copy
+
+    from posenc_lib.base import PositionalEncoding, overrides
+
+    forms = [f for f in ("key_bias", "band_bias") if overrides(pe, f)]
+    if not forms:
+        return None
+    cls = type(pe)
+    plain = {f: getattr(PositionalEncoding, f) for f in forms}
+    twin = copy.deepcopy(pe)
+    twin.__class__ = type(f"{cls.__name__}AsFloatMask", (cls,), plain)
+    return twin
 
 
 def _fmt(value):
