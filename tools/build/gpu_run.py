@@ -77,12 +77,19 @@ def schedule(entries: list[str], workers: int, budget: float) -> str:
     """The chapters ``entries`` on ``workers`` workers, longest first, from their
     logged CPU times, within ``budget`` seconds less the other phases'."""
     seconds = cpu_seconds()
-    times = [seconds.get(e, 0.0) for e in entries]
+    unlogged = [e for e in entries if e not in seconds]
+    longest = max(seconds.values())  # an unlogged chapter: counted as the longest
+    times = [seconds.get(e, longest) for e in entries]
     loads = lpt(times, workers)
     slot = budget - sum(PHASES.values())
     lines = [
         f"{len(times)} chapters, {sum(times):.0f} s one after another on the logged "
-        f"CPU ({json.loads((RESULTS / 'timings' / 'cpu.json').read_text())['device']})",
+        f"CPU ({json.loads((RESULTS / 'timings' / 'cpu.json').read_text())['device']})"
+        + (
+            f"; {len(unlogged)} without a logged time, counted as the longest"
+            if unlogged
+            else ""
+        ),
         f"on {workers} workers, longest first: {loads[0]:.0f} s (the longest chapter "
         f"alone: {max(times):.0f} s; busiest to idlest worker {loads[0]:.0f} to "
         f"{loads[-1]:.0f} s)",
