@@ -129,6 +129,19 @@ def test_the_fake_device_refuses_a_cpu_tensor_as_a_gpu_does():
     assert not torch.cuda.is_available() or torch.cuda.device_count() > 0
 
 
+def test_the_fake_device_moves_a_module_given_the_device_by_name():
+    """``module.to(device="cuda", dtype=...)`` parses its arguments with a torch
+    function of its own, which the fake device must not send to the CPU (the
+    model benchmark builds its models so)."""
+    with fake_cuda():
+        layer = torch.nn.Linear(3, 3).to(
+            device=torch.device("cuda"), dtype=torch.bfloat16
+        )
+        assert all(on_fake_cuda(p) for p in layer.parameters())
+        assert layer.weight.dtype == torch.bfloat16
+        assert on_fake_cuda(torch.nn.Linear(3, 3).to(device="cuda").weight)
+
+
 def test_the_fake_device_trains_a_module_on_real_values():
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)

@@ -219,7 +219,7 @@ def main(argv=None) -> int:
         max_compiles=args.max_compiles,
         deadline_s=args.deadline_s,
     )
-    state = dict(compiles=0, stopped=None)
+    state = dict(compiles=0, stopped=None, took={})  # took: key -> (n, seconds)
 
     def save(complete: bool) -> None:
         """The rows so far, into the CSV and the JSON (each replaced whole)."""
@@ -330,10 +330,20 @@ def measure(name, path, n, q, k, v, qg, kg, vg, sdpa_fwd, sdpa_fb, base_peak, ar
         key = (name, path, given)
         can_fb = not (path == "flex" and device.type == "cpu")
         if args.deadline_s is not None:
-            if time.perf_counter() - started > args.deadline_s:
+            now = time.perf_counter() - started
+            # a row takes about its shorter length's time, times (n / that n)^2
+            prev_n, prev_s = state["took"].get(key, (n, 0.0))
+            guess = prev_s * (n / prev_n) ** 2
+            if now > args.deadline_s or now + guess > args.deadline_s:
                 state["stopped"] = f"time budget: --deadline-s {args.deadline_s:.0f}"
-                yield {**row, "note": "not run: past the time budget (--deadline-s)"}
+                note = (
+                    "not run: past the time budget"
+                    if now > args.deadline_s
+                    else f"not run: ~{guess:.0f} s would pass the time budget"
+                )
+                yield {**row, "note": note + " (--deadline-s)"}
                 continue
+        row_started = time.perf_counter()
         if path == "flex" and args.max_compiles is not None:
             if state["compiles"] + 1 + can_fb > args.max_compiles:
                 note = f"not run: FlexAttention compiles capped at {args.max_compiles}"
@@ -404,6 +414,7 @@ def measure(name, path, n, q, k, v, qg, kg, vg, sdpa_fwd, sdpa_fb, base_peak, ar
         for t_ in (qg, kg, vg):
             t_.grad = None
         run_pe.zero_grad(set_to_none=True)
+        state["took"][key] = (n, time.perf_counter() - row_started)
         yield row
 
 

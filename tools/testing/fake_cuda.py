@@ -207,12 +207,20 @@ def _move(func, args, kwargs):
     return out
 
 
+def _as_called(func, args, kwargs):
+    """A call the mode lets through untouched: ``Module.to(device="cuda")`` parses
+    its arguments with ``torch._C._nn._parse_to``, whose ``device`` must stay
+    ``cuda`` (the tensors' own ``to`` then moves them)."""
+    return func(*args, **kwargs)
+
+
 # Calls answered by the mode itself (a dict: every op looks itself up once).
 _SPECIAL = {
     _DEVICE_GET: _device,
     _IS_CUDA_GET: _is_cuda,
     _IS_CPU_GET: _is_cpu,
     _DATA_SET: _set_data,
+    torch._C._nn._parse_to: _as_called,
     **{move: _move for move in _MOVES},
 }
 
