@@ -12,9 +12,14 @@ one float mask. It costs what the maths costs:
 * a bias in the encoding's ``reuse`` is built once per forward pass, merged with its
   mask, and shared by every layer;
 * a bias that is a term of the key alone up to a term of the query (``key_bias``:
-  FoX's ``c_i - c_j``) is one more dimension of q and k, so the kernel
-  differentiates it and nothing ``n x n`` is built; attention sinks
-  (``sink_logits``) are one more key, of value 0, that every query sees;
+  FoX's ``c_i - c_j``) is one more dimension of q and k (two in bfloat16:
+  ``bias_columns``), so the kernel differentiates it and nothing ``n x n`` is
+  built; attention sinks (``sink_logits``) are one more key, of value 0, that every
+  query sees, first, in the same blocks (every dtype). In float16 a key term keeps
+  the float mask: its range cannot hold the term of a long sequence;
+* q, k and v widened by such columns (d + 1, d + 2) are padded to a width the GPU's
+  fused kernels take (``aligned``: a multiple of 8, exact), else the math kernel
+  would run them;
 * a bias of the distance alone, constant beyond a band (``band_bias``: T5's
   buckets) is 0 beyond the band once the constant is dropped: the kernel reads it
   as a mask, in blocks of queries, and on a CPU its gradient is summed over the
