@@ -46,7 +46,9 @@ if [ "${FAKE_CUDA:-0}" = 1 ]; then  # a rehearsal: every Python process on the f
   export PYTHONPATH="$ROOT/tools/testing/fake_cuda_site:$PYTHONPATH" POSENC_FAKE_CUDA=1
 fi
 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
-  echo "make test-gpu needs CUDA: torch.cuda.is_available() is False here" >&2
+  echo "make test-gpu needs CUDA: torch.cuda.is_available() is False for $PY (the" \
+    "project's .venv holds a CPU build of torch: give a Python whose torch has" \
+    "CUDA, make test-gpu PY=python3; FAKE_CUDA=1 rehearses without a card)" >&2
   exit 2
 }
 "$PY" - <<'PY' || exit 4
