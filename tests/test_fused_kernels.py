@@ -145,3 +145,38 @@ def test_half_precision_keeps_the_key_term_to_about_16_bits(dtype):
     far = torch.tensor([-1e300], dtype=torch.float64)
     _, columns = fused.bias_columns(far, dtype, 0.125)
     assert columns[0, 0] == float("-inf") and columns[0, 1] == 0
+
+
+@pytest.mark.parametrize("name", ["stick_breaking", "cope"])
+def test_blocks_are_larger_for_a_large_call_off_the_cpu(name, monkeypatch):
+    """64 queries a block on a CPU (measured there) and for a small call; off the
+    CPU a large call (b h n >= LARGE) takes n / 8 queries, 64 to 256: fewer kernel
+    launches, a block still an eighth of the scores. Here at small sizes (LARGE 1,
+    blocks of 2 to 8: n = 40 gives 5, blocks that do not divide n) on the fake
+    device, equal to the explicit path, gradients included."""
+    module = getattr(pl.encodings, name)
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert module.block_size(cpu, 2048, 64) == module.BLOCK == 64
+    assert module.block_size(cuda, 2048, 4 * 16) == 256  # the model benchmark's
+    assert module.block_size(cuda, 1024, 4) == 64  # a chapter's layer: small
+    assert module.block_size(cuda, 2**20, 1) == module.BLOCK_OFF_CPU
+    monkeypatch.setattr(module, "LARGE", 1)
+    monkeypatch.setattr(module, "BLOCK", 2)
+    monkeypatch.setattr(module, "BLOCK_OFF_CPU", 8)
+    assert module.block_size(cuda, 40, 8) == 5 and module.block_size(cpu, 40, 8) == 2
+    torch.manual_seed(0)
+    pe = pl.make_encoding(name, d_model=32, n_heads=4, max_len=40)
+    mha = pl.MultiHeadAttention(32, 4, pe)
+    x = torch.randn(2, 40, 32, dtype=torch.float64, requires_grad=True)
+    with fake_cuda():
+        gpu = mha.double().to("cuda")
+        results = []
+        for path in ("slow", "fast"):
+            xd = x.detach().to("cuda").requires_grad_()
+            gpu.zero_grad()
+            out = gpu(xd, causal=True, path=path)
+            out.square().sum().backward()
+            grads = [p.grad.cpu() for p in gpu.parameters() if p.grad is not None]
+            results.append([out.detach().cpu(), xd.grad.cpu(), *grads])
+    for slow, fast in zip(*results):
+        assert_close(fast, slow)

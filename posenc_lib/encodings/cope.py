@@ -51,18 +51,22 @@ __all__ = ["CoPE", "cope_positions", "cope_bias"]
 # and 128 slower; the peak grows with it: 6.3, 9.4, 15.5 MiB at 32, 64, 128 (one (h,
 # n, n) float32: 16)
 BLOCK = 64
-# elsewhere (a GPU), where each elementwise step of a block is a kernel: n / 8
-# queries, from 64 to 256, so that a long call launches up to a quarter of 64's
-# kernels, and a block's tensors stay an eighth of the (b, h, n, n) scores at most.
-# Chosen, not measured on a card: the GPU run (make test-gpu) times it
+# elsewhere (a GPU), where each elementwise step of a block is a kernel, a call with
+# b h n >= LARGE (a model's training step) takes n / 8 queries, 64 to 256: it
+# launches up to a quarter of 64's kernels, and a block's tensors stay an eighth of
+# the (b, h, n, n) scores at most; a smaller call (one layer of a chapter) is
+# launch-bound with any block: it keeps 64, and its memory grows as n. Chosen, not
+# measured on a card: the GPU run (make test-gpu) times it
 BLOCK_OFF_CPU = 256
+LARGE = 2**17
 
 
-def block_size(device: torch.device, n: int) -> int:
-    """Queries per block of ``CoPE.causal_attention`` for ``n`` queries on
-    ``device``: ``BLOCK`` on a CPU (measured); elsewhere ``n // 8`` between
-    ``BLOCK`` and ``BLOCK_OFF_CPU``."""
-    if device.type == "cpu":
+def block_size(device: torch.device, n: int, rows: int = 1) -> int:
+    """Queries per block of ``CoPE.causal_attention`` for ``n`` queries of ``rows``
+    (b h) rows on ``device``: ``BLOCK`` on a CPU (measured) and for a small call;
+    for ``rows * n >= LARGE`` elsewhere, ``n // 8`` between ``BLOCK`` and
+    ``BLOCK_OFF_CPU``."""
+    if device.type == "cpu" or rows * n < LARGE:
         return BLOCK
     return min(BLOCK_OFF_CPU, max(BLOCK, n // 8))
 
@@ -321,7 +325,7 @@ class _CoPEBlocks(torch.autograd.Function):
         k, v = k.flip(1), v.flip(1)  # (B, j, d), (B, j, e): newest key first
         out = q.new_empty(*q.shape[:2], v.shape[-1])  # (B, i, e)
         lse = q.new_empty(q.shape[:2])  # (B, i)
-        size = block_size(q.device, i)
+        size = block_size(q.device, i, q.shape[0])
         future = _future(min(size, i), q)
         padded = _padded(table)  # (P + 1, d)
         scan = _scan(q)
@@ -360,7 +364,7 @@ class _CoPEBlocks(torch.autograd.Function):
         dot = (d_out * out).sum(-1)  # (B, i)
         dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
         d_table = torch.zeros_like(table)
-        size = block_size(q.device, i)
+        size = block_size(q.device, i, q.shape[0])
         future = _future(min(size, i), q)
         padded = _padded(table)  # (P + 1, d)
         scan = _scan(q)
@@ -527,7 +531,7 @@ class CoPE(PositionalEncoding):
         ctx: Context | None = None,
     ) -> torch.Tensor:
         """The attention ``(b, h, i, e)`` of a causal call in token order (query t sees
-        keys ``0 .. t + j - i``): ``_CoPEBlocks``, blocks of ``block_size(q.device, i)``
+        keys ``0 .. t + j - i``): ``_CoPEBlocks``, blocks of ``block_size``
         queries, each against the keys it sees and recomputed in the backward pass.
         q ``(b, h, i, d)``, k ``(b, h, j, d)``, v ``(b, h, j, e)``; half precision is
         computed in float32 and returned in v's dtype."""
