@@ -331,9 +331,10 @@ def measure(name, path, n, q, k, v, qg, kg, vg, sdpa_fwd, sdpa_fb, base_peak, ar
         can_fb = not (path == "flex" and device.type == "cpu")
         if args.deadline_s is not None:
             now = time.perf_counter() - started
-            # a row takes about its shorter length's time, times (n / that n)^2
+            # a row takes about its shorter length's time, times (n / that n)^2, and
+            # more once its arrays outgrow the caches: twice that, to be safe
             prev_n, prev_s = state["took"].get(key, (n, 0.0))
-            guess = prev_s * (n / prev_n) ** 2
+            guess = 2 * prev_s * (n / prev_n) ** 2
             if now > args.deadline_s or now + guess > args.deadline_s:
                 state["stopped"] = f"time budget: --deadline-s {args.deadline_s:.0f}"
                 note = (
