@@ -39,11 +39,33 @@ pdf: $(STAMP)
 test: $(STAMP)
 	PY=$(PY) bash tools/build/test.sh
 
-# On a machine with CUDA: every chapter under nbval on the GPU, in parallel, then the
-# attention benchmark there; writes tools/results/timings/gpu.json and
-# posenc_lib/data/attention_cuda.* (commit them). See tools/build/test_gpu.sh.
-test-gpu: $(STAMP)
-	PY=$(PY) bash tools/build/test_gpu.sh
+# On a machine with CUDA, in one command of at most BUDGET_S seconds (9 minutes): every
+# chapter under nbval on the GPU, several at a time, the CUDA half of the device,
+# half-precision and registry tests, then the attention and model benchmarks in the
+# time left; every log and result goes into RESULTS as it is produced (collect them
+# with python -m tools.build.gpu_run collect RESULTS, and commit). On a box with its
+# own Python and torch and no package registry:
+#   make wheels                                # here, where PyPI is reachable
+#   make test-gpu PY=python3 WHEELS=_build/wheels RESULTS=DIR  # there: offline
+# FAKE_CUDA=1 rehearses it on a machine without a card. See tools/build/test_gpu.sh.
+RESULTS ?= _build/gpu-results
+WHEELS ?=
+WHEELS_DIR ?= _build/wheels
+WHEELS_PYTHON ?= 3.12
+BUDGET_S ?= 540
+# a Python given on the command line (PY=python3) is used as it is: no venv
+GPU_ENV := $(if $(filter command line,$(origin PY)),,$(STAMP))
+
+test-gpu: $(GPU_ENV)
+	PY=$(PY) WHEELS=$(WHEELS) RESULTS=$(RESULTS) BUDGET_S=$(BUDGET_S) \
+	  bash tools/build/test_gpu.sh
+
+# The course's wheelhouse for such a box (tools/build/wheels.py): what the GPU run needs
+# beside torch, numpy, matplotlib, sympy and tqdm, for its Python, into WHEELS_DIR
+# (at most 40 MiB); copy the folder there and give it as WHEELS=.
+.PHONY: wheels
+wheels: $(STAMP)
+	$(PY) -m tools.build.wheels download $(WHEELS_DIR) --python $(WHEELS_PYTHON)
 
 clean:
 	rm -rf _build

@@ -11,7 +11,10 @@ before the call (weights, inputs) are not counted.
 ``attention_benchmark(device)`` returns the committed results of
 ``tools/measure/bench_attention.py`` (every registered encoding on each of its
 attention paths, as ratios to plain SDPA measured in the same run), which the cost
-chapter plots.
+chapter plots; ``model_benchmark(device)`` those of ``tools/measure/bench_model.py``.
+``benchmark_devices(kind)`` says which devices each has (a GPU run stopped early may
+have written one and not the other), and ``benchmark_machine(meta)`` names where a
+run was made with the fields it recorded.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ __all__ = [
     "count_host_syncs",
     "attention_benchmark",
     "benchmark_devices",
+    "benchmark_machine",
     "model_benchmark",
     "BENCH_DIR",
 ]
@@ -159,11 +163,42 @@ def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> fl
     return best
 
 
-def benchmark_devices() -> list[str]:
-    """The devices whose attention benchmark is committed with the library
-    (``"cpu"``; ``"cuda"`` once ``make test-gpu`` has run on a GPU and its result has
-    been committed)."""
-    return sorted(p.stem.split("_", 1)[1] for p in BENCH_DIR.glob("attention_*.json"))
+# the benchmarks committed with the library: kind -> the files' prefix
+_KINDS = {"attention": "attention", "model": "model_bench"}
+
+
+def benchmark_devices(kind: str = "attention") -> list[str]:
+    """The devices whose benchmark of ``kind`` (``"attention"``, the default, or
+    ``"model"``) is committed with the library: ``"cpu"``, and ``"cuda"`` once
+    ``make test-gpu`` has run on a GPU and its result has been committed. Each kind is
+    looked for on its own: a GPU run stopped early may have left one without the
+    other."""
+    if kind not in _KINDS:
+        raise ValueError(f"kind must be one of {sorted(_KINDS)}, got {kind!r}")
+    prefix = _KINDS[kind] + "_"
+    return sorted(p.stem[len(prefix) :] for p in BENCH_DIR.glob(prefix + "*.json"))
+
+
+def benchmark_machine(meta: dict) -> str:
+    """How a committed benchmark names where it ran, from its ``meta``, with only
+    the fields it recorded: the card (or the CPU and its threads), torch, numba
+    where it was used, and that the run stopped early where it did, e.g.
+    ``"NVIDIA H200, torch 2.11.0"`` or ``"x86_64, 1 thread(s), torch 2.13.0"``."""
+    if not isinstance(meta, dict):
+        raise TypeError(f"meta must be a benchmark's meta dict, got {type(meta)}")
+    on_gpu = str(meta.get("device", "")).startswith("cuda")
+    name = (meta.get("card") or meta.get("device_name")) if on_gpu else None
+    name = name or meta.get("device_name") or meta.get("machine") or "a machine"
+    parts = [str(name)]
+    if meta.get("threads") and not on_gpu:
+        parts.append(f"{meta['threads']} thread(s)")
+    for key in ("torch", "numba"):
+        if meta.get(key):
+            parts.append(f"{key} {meta[key]}")
+    text = ", ".join(parts)
+    if meta.get("stopped"):
+        text += f" (stopped early: {meta['stopped']})"
+    return text
 
 
 def attention_benchmark(device: str = "cpu") -> tuple[dict, list[dict]]:
@@ -200,7 +235,7 @@ def _committed(kind: str, device: str, tool: str) -> tuple[dict, list[dict]]:
     one."""
     path = BENCH_DIR / f"{kind}_{device}.json"
     if not isinstance(device, str) or not path.is_file():
-        have = sorted(p.stem[len(kind) + 1 :] for p in BENCH_DIR.glob(f"{kind}_*.json"))
+        have = benchmark_devices("model" if kind == "model_bench" else kind)
         raise ValueError(
             f"device must be one of {have} (the {kind.replace('_', ' ')} runs "
             f"committed with the library), got {device!r}; run tools/measure/{tool} "

@@ -338,6 +338,29 @@ def test_flex_equals_slow_for_runs_gaps_kv_caches_and_masks():
             assert_close(out, pl.attention(q_, k, v, pe, path="slow", **kwargs))
 
 
+def test_flex_refuses_to_run_unfused_past_the_recompile_limit(monkeypatch):
+    """Past torch's recompile limit dynamo would run FlexAttention eagerly, unfused
+    (the n x n scores built), with one log line: the flex path raises instead, and
+    says how to start again."""
+    flex = sys.modules["posenc_lib.backends.flex"]
+    monkeypatch.setattr(flex, "RECOMPILE_LIMIT", 1)
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    torch._dynamo.reset()
+    pe = pl.ALiBi(4)
+    try:
+        with torch.no_grad():
+            q, k, v = qkv(dtype=torch.float32, i=8, j=8)
+            try:
+                pl.attention(q, k, v, pe, causal=True, path="flex")  # one graph
+            except RuntimeError as error:  # no compiler here: say so, do not fail
+                pytest.skip(str(error))
+            q, k, v = qkv(dtype=torch.float32, i=12, j=12)  # a second shape
+            with pytest.raises(RuntimeError, match="recompile limit .* unfused"):
+                pl.attention(q, k, v, pe, causal=True, path="flex")
+    finally:
+        torch._dynamo.reset()
+
+
 def test_flex_in_token_order_uses_the_block_mask_even_when_a_hook_reads_ctx(
     monkeypatch,
 ):

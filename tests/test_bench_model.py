@@ -46,6 +46,26 @@ def test_the_harness_runs_and_writes_a_well_formed_file(tmp_path, capsys):
     assert table == capsys.readouterr().out.strip() + "\n"
 
 
+def test_a_time_budget_keeps_the_references_and_says_what_it_left_out(tmp_path):
+    """Past ``--deadline-s`` (the GPU run's budget) no model but the two references
+    is warmed up and no round but the first runs: the file says so, and every
+    round's rows were written as they were measured."""
+    out = tmp_path / "model_bench_cpu.json"
+    argv = [*TINY, "--n", "16", "--repeats", "5", "--out", str(out)]
+    assert bench_model.main([*argv, "--encodings", "t5", "--deadline-s", "0"]) == 0
+    meta, rows = (lambda d: (d["meta"], d["rows"]))(json.loads(out.read_text()))
+    assert meta["rounds"] == 1 and meta["complete"]
+    assert meta["stopped"] == "time budget: 1 of 5 rounds (--deadline-s 0)"
+    by_name = {r["model"]: r for r in rows}
+    assert by_name["nope"]["fb_x_sdpa"] > 0
+    assert by_name["t5"] == {
+        "model": "t5",
+        "note": "not run: past the time budget (--deadline-s)",
+    }
+    assert "medians of 1 interleaved rounds" in out.with_suffix(".md").read_text()
+    assert not list(tmp_path.glob("*.part"))
+
+
 def test_the_baseline_is_the_nope_tiny_transformer_on_the_fused_kernel():
     """The same parameters under the same names: the NoPE model's weights load into
     the baseline and give its logits."""

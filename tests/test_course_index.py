@@ -49,3 +49,29 @@ def test_welcome_page_and_guide_name_every_chapter_of_the_toc():
         assert f"../{rel}.ipynb" in guide or f"book/{rel}" in guide, (
             f"book/teaching/guide.md has no session for {rel}"
         )
+
+
+def test_a_gpu_run_cut_short_is_shown_as_far_as_it_went(tmp_path, monkeypatch):
+    """A GPU run stopped at a box's time limit leaves the chapters it finished
+    (tools/build/nbval_times.py): the table names the card, gives their times, says
+    which failed and how many were timed, and prints no missing field."""
+    (tmp_path / "cpu.json").write_text((RESULTS / "timings" / "cpu.json").read_text())
+    first, second, third = toc.notebook_entries()[:3]
+    record = {
+        "seconds": {first: 12.0},
+        "device": "Planted Card 80GB",  # a planted record: no measurement of a card
+        "failed": [second],
+        "complete": False,
+    }  # no date, no note: fields a partial record may lack
+    (tmp_path / "gpu.json").write_text(json.dumps(record))
+    monkeypatch.setattr(course_index, "TIMINGS", tmp_path)
+    page = course_index.render()
+    times = page.split("## Run times", 1)[1].split("\n## ", 1)[0]
+    assert "None" not in times
+    assert "GPU: Planted Card 80GB; the run stopped early: 1 of " in page
+    number = toc.chapter_numbers()
+    assert f"failed there: chapter(s) {number.get(second, second)}" in page
+    rows = {line.split("|")[2].strip(): line for line in page.splitlines()[:60]
+            if line.startswith("| ") and "](" in line}  # fmt: skip
+    cells = [row.rstrip(" |").rsplit("|", 1)[1].strip() for row in rows.values()]
+    assert cells[:3] == ["12 s", "failed", "not measured"], cells[:3]

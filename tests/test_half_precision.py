@@ -42,7 +42,10 @@ D_MODEL, N_HEADS, MAX_LEN, VOCAB = 32, 4, 64, 13
 B, N = 2, 10
 NAMES = sorted(pl.REGISTRY)
 DTYPES = [torch.bfloat16, torch.float16]
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+# the real card's half, marked: make test-gpu runs it alone (-m cuda)
+DEVICES = ["cpu"] + (
+    [pytest.param("cuda", marks=pytest.mark.cuda)] if torch.cuda.is_available() else []
+)
 # 4 eps of the dtype: more than twice the worst error measured (module docstring)
 TOL = {dtype: 4 * torch.finfo(dtype).eps for dtype in DTYPES}
 

@@ -125,3 +125,130 @@ def test_the_committed_model_benchmark_has_every_model_of_the_harness():
             assert meta["config"][key] == value, key
     with pytest.raises(ValueError, match="device must be one of"):
         pl.model_benchmark("tpu")
+
+
+# ---- a GPU run's files, partial or not, as the library and the chapter read them ----
+
+CARD = "Planted Card 80GB"  # a planted file's card: no measurement of any card
+
+
+def _attention_file(stopped=None):
+    meta = dict(
+        device="cuda:0", machine="x86_64", card=CARD, cpus=16, threads=1,
+        torch="2.11.0", numba=None, shape=dict(b=1, h=4, d=32), stopped=stopped,
+        reference="F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+    )  # fmt: skip
+    rows = [
+        dict(n=2048, encoding="alibi", path="fast", positions="explicit",
+             default=True, fwd_x=1.5, fb_x=2.0),
+        dict(n=2048, encoding="t5", path="fast", positions="explicit", default=True,
+             fwd_x=1.25),  # no backward measured: printed as "-"
+        dict(n=8192, encoding="alibi", path="fast", positions="explicit",
+             default=True, note="not run: past the time budget (--deadline-s)"),
+    ]  # fmt: skip
+    return dict(meta=meta, rows=rows)
+
+
+def _model_file():
+    meta = dict(
+        device="cuda", device_name=CARD, cpus=16, threads=None, torch="2.11.0",
+        numba=None, config=dict(vocab=1024, d_model=1024, n_heads=16, n_layers=4,
+                                batch=4, n=2048, dtype="bfloat16"),
+        rounds=3, stopped="time budget: 3 of 15 rounds (--deadline-s 80)",
+    )  # fmt: skip
+    rows = [
+        dict(model="sdpa (baseline)", path="sdpa", fb_x_nope=0.9, fwd_x_nope=0.9,
+             fb_peak_x_nope=1.0),
+        dict(model="nope", path="fast", fb_x_nope=1.0, fwd_x_nope=1.0,
+             fb_peak_x_nope=1.0),
+        dict(model="cope", note="refused: planted"),
+    ]  # fmt: skip
+    return dict(meta=meta, rows=rows)
+
+
+@pytest.fixture
+def bench_dir(tmp_path, monkeypatch):
+    """The committed CPU runs, in a folder of their own, read by the library."""
+    import posenc_lib.measure as measure
+
+    for path in measure.BENCH_DIR.glob("*_cpu.json"):
+        (tmp_path / path.name).write_text(path.read_text())
+    monkeypatch.setattr(measure, "BENCH_DIR", tmp_path)
+    return tmp_path
+
+
+def _plant(folder, attention: bool, model: bool, stopped=None):
+    import json
+
+    if attention:
+        text = json.dumps(_attention_file(stopped))
+        (folder / "attention_cuda.json").write_text(text)
+    if model:
+        (folder / "model_bench_cuda.json").write_text(json.dumps(_model_file()))
+
+
+@pytest.mark.parametrize("attention", [False, True])
+@pytest.mark.parametrize("model", [False, True])
+def test_each_benchmark_is_found_on_its_own(bench_dir, attention, model):
+    _plant(bench_dir, attention, model)
+    assert pl.benchmark_devices() == ["cpu"] + ["cuda"] * attention
+    assert pl.benchmark_devices("attention") == ["cpu"] + ["cuda"] * attention
+    assert pl.benchmark_devices("model") == ["cpu"] + ["cuda"] * model
+    if not model:
+        with pytest.raises(ValueError, match=r"device must be one of \['cpu'\]"):
+            pl.model_benchmark("cuda")
+    with pytest.raises(ValueError, match="kind must be one of"):
+        pl.benchmark_devices("models")
+
+
+def test_a_run_is_named_by_the_fields_it_recorded():
+    attention, model = _attention_file()["meta"], _model_file()["meta"]
+    assert pl.benchmark_machine(attention) == f"{CARD}, torch 2.11.0"
+    named = pl.benchmark_machine(model)
+    assert named.startswith(f"{CARD}, torch 2.11.0 (stopped early: time budget")
+    assert "None" not in named and "thread" not in named  # no CPU threads on a GPU
+    cpu = pl.benchmark_machine(pl.model_benchmark("cpu")[0])
+    assert "1 thread(s), torch " in cpu
+    assert pl.benchmark_machine({}) == "a machine"
+
+
+def _cost_cells():
+    """The cost chapter's cells that read the committed GPU files."""
+    import json
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[1] / "book" / "part6" / "cost.ipynb"
+    cells = json.loads(path.read_text())["cells"]
+    return [
+        "".join(c["source"])
+        for c in cells
+        if c["cell_type"] == "code" and "pl.benchmark_devices(" in "".join(c["source"])
+    ]
+
+
+@pytest.mark.parametrize("attention", [False, True])
+@pytest.mark.parametrize("model", [False, True])
+def test_the_cost_chapter_reads_whatever_gpu_files_exist(
+    bench_dir, attention, model, capsys, monkeypatch
+):
+    """Attention without model, model without attention, neither, both (a GPU run
+    stopped at its time limit): the chapter's cells run, name the card and print no
+    missing field."""
+    _plant(bench_dir, attention, model, stopped="time budget: --deadline-s 100")
+    glued = {}
+    monkeypatch.setattr(
+        pl.book, "glue", lambda name, value, **kw: glued.update({name: value})
+    )
+    cells = _cost_cells()
+    assert len(cells) == 2, "the cells that read the GPU files"
+    for source in cells:
+        exec(source, {"pl": pl})
+    printed = capsys.readouterr().out
+    assert "None" not in printed and "None" not in glued["bench_gpu_run"]
+    assert (CARD in printed) == (attention or model)
+    # the longest n with a measurement (8192 was not run), "-" for no backward
+    assert ("n = 2048, each encoding's default path" in printed) == attention
+    assert ("alibi                  1.50     2.00" in printed) == attention
+    assert ("t5                     1.25        -" in printed) == attention
+    assert ("No GPU run of the model benchmark" in printed) == (not model)
+    assert ("No GPU run of the benchmark is committed" in printed) == (not attention)

@@ -147,6 +147,47 @@ def test_flex_path_equals_slow_path_or_is_refused_with_the_reason(name, causal, 
         perturb_(pe)
 
 
+# FlexAttention's backward runs on a GPU only: the flex path in training, on a card
+CARD_NAMES = (
+    [pytest.param(n, marks=pytest.mark.cuda) for n in NAMES]
+    if torch.cuda.is_available()
+    else []
+)
+
+
+@pytest.mark.parametrize("name", CARD_NAMES)
+def test_flex_path_trains_on_a_card_as_the_slow_path(name):
+    """On a card the flex path (FlexAttention, compiled) runs forward and backward:
+    output and every gradient equal the slow path's, or the call is refused with
+    the reason."""
+    from tools.testing.fake_cuda import on_fake_cuda
+
+    if on_fake_cuda(torch.empty(0, device="cuda")):
+        pytest.skip("the fake device runs no torch.compile")
+    torch._dynamo.reset()  # a fresh compile cache: the recompile limit is per process
+    torch.manual_seed(0)
+    pe = build(name)
+    mha = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe, input_encoded=True).cuda()
+    x = torch.randn(2, 12, D_MODEL, device="cuda", requires_grad=True)
+    pos, inputs = positions(pe, 2, 12, "run")
+    pos, inputs = pos.cuda(), {k: t.cuda() for k, t in inputs.items()}
+    causal = True
+    results = []
+    for path in ("slow", "flex"):
+        x.grad = None
+        mha.zero_grad()
+        try:
+            out = mha(x, pos, causal=causal, inputs=inputs, path=path)
+        except ValueError as error:
+            assert "path='flex' cannot be used" in str(error)
+            pytest.skip(str(error))
+        out.square().sum().backward()
+        grads = [p.grad for p in mha.parameters() if p.grad is not None]
+        results.append([out.detach(), x.grad.clone(), *(g.clone() for g in grads)])
+    for slow, flex in zip(*results):
+        assert_close(flex, slow, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("kind", ["run", "gaps"])
 @pytest.mark.parametrize(
     "name",
@@ -193,31 +234,67 @@ def test_needs_score_path_follows_the_overridden_hooks(name):
     assert build(name).needs_score_path == (bool(late) and not on_the_kernel)
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+# the fused forms on every device they run on: the CPU, the fake CUDA device (the
+# GPU's code paths, computed on the CPU) and a real card (make test-gpu: -m cuda)
+DEVICES = ["cpu", "fake-cuda"] + (
+    [pytest.param("cuda", marks=pytest.mark.cuda)] if torch.cuda.is_available() else []
+)
+HALF = (torch.bfloat16, torch.float16)
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    """The device under test, entered for the whole test."""
+    from tools.testing.fake_cuda import fake_cuda
+
+    if request.param == "fake-cuda":
+        with fake_cuda():
+            yield torch.device("cuda")
+    else:
+        yield torch.device(request.param)
+
+
+def _close(fast, slow, dtype):
+    """Equal to the dtype: float64 exactly as assert_close's default, float32 to
+    2e-5, half precision to 4 eps of the larger entries (both paths round)."""
+    if dtype == torch.float64:
+        assert_close(fast, slow)
+    elif dtype == torch.float32:
+        assert_close(fast, slow, atol=2e-5, rtol=1e-4)
+    else:
+        tol = 4 * torch.finfo(dtype).eps * float(slow.float().abs().max())
+        assert_close(fast.float(), slow.float(), atol=tol, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, *HALF], ids=str)
 @pytest.mark.parametrize(
     "name", [n for n in NAMES if any(overrides(build(n), f) for f in FUSED_FORMS)]
 )
-def test_fused_forms_equal_the_hooks_forward_and_backward(name, dtype, monkeypatch):
+def test_fused_forms_equal_the_hooks_forward_and_backward(
+    name, dtype, device, monkeypatch
+):
     """``key_bias``, ``band_bias``, ``sink_logits`` and ``causal_attention``, as the
-    fused backend runs them (in blocks of 4 queries here, so that a call spans
-    several), equal the reference: outputs and the gradients of the input and of
-    every parameter, causal in token order (where the forms are used), then with gaps
-    and a caller's mask (where they are not, or the call is refused)."""
+    fused backend runs them on each device (in blocks of 4 queries here, so that a
+    call spans several), equal the reference: outputs and the gradients of the input
+    and of every parameter, causal in token order (where the forms are used), then
+    with gaps and a caller's mask (where they are not, or the call is refused).
+    Half precision included: the key term in two columns (``bias_columns``)."""
     from posenc_lib.backends import fused
 
     monkeypatch.setattr(fused, "KEY_BIAS_BLOCK", 4)
     monkeypatch.setattr(fused, "BAND_BLOCK", 4)
-    monkeypatch.setattr(pl.encodings.stick_breaking, "BLOCK", 4, raising=False)
-    monkeypatch.setattr(pl.encodings.cope, "BLOCK", 4, raising=False)
+    for module in (pl.encodings.stick_breaking, pl.encodings.cope):
+        monkeypatch.setattr(module, "BLOCK", 4, raising=False)
+        monkeypatch.setattr(module, "BLOCK_OFF_CPU", 4, raising=False)
     torch.manual_seed(0)
     pe = build(name).to(dtype)
     with torch.no_grad():  # parameters away from their initial values
         for t in pe.parameters():
             t.add_(torch.randn_like(t))
-    mha = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe, input_encoded=True).to(dtype)
-    x = torch.randn(2, 11, D_MODEL, dtype=dtype, requires_grad=True)
-    grad = torch.randn(2, 11, D_MODEL, dtype=dtype)
-    tol = {} if dtype == torch.float64 else dict(atol=2e-5, rtol=1e-4)
+    mha = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe, input_encoded=True)
+    mha = mha.to(device, dtype)
+    x = torch.randn(2, 11, D_MODEL, dtype=dtype).to(device).requires_grad_()
+    grad = torch.randn(2, 11, D_MODEL, dtype=dtype).to(device)
     calls = [dict(), dict(pos=torch.arange(11) * 2)]
     if not pe.causal_only:
         # every query keeps its own key, so that no row is left empty
@@ -236,7 +313,8 @@ def test_fused_forms_equal_the_hooks_forward_and_backward(name, dtype, monkeypat
                 [x.grad.clone(), *(p.grad.clone() for p in mha.parameters())]
             )
         for slow, fast in zip(*results):
-            assert_close(fast, slow, **tol)
+            assert fast.device.type == device.type
+            _close(fast, slow, dtype)
 
 
 @pytest.mark.parametrize("kind", ["run", "gaps"])

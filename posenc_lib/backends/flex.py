@@ -118,6 +118,19 @@ def masked(mod, allowed: torch.Tensor):
     return masked_mod
 
 
+RECOMPILE_LIMIT = 64  # graphs of FlexAttention (shapes x mods) in one process
+_FAIL_AT_LIMIT = ("fail_on_recompile_limit_hit", "fail_on_cache_limit_hit")
+
+
+def _at_limit(error: BaseException) -> bool:
+    """Whether ``error`` (or one it was raised from) is dynamo's recompile limit."""
+    while error is not None:
+        if type(error).__name__ in ("FailOnRecompileLimitHit", "FailOnCacheLimitHit"):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 @functools.lru_cache(maxsize=1)
 def compiled():
     """``torch.compile(flex_attention)``, or a RuntimeError saying why there is none."""
@@ -136,16 +149,31 @@ def compiled():
     limit = (
         "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
     )
+    fail = next(
+        (f for f in _FAIL_AT_LIMIT if hasattr(config, f)), None
+    )  # torch >= 2.5: raise at the limit
 
     def run(*args, **kwargs):
+        # one graph per shape and mod: more than dynamo's default 8, for this call
+        # only (the process's setting is left as it is); past the limit dynamo would
+        # run flex_attention eagerly, unfused (n x n scores) with one log line: raise
+        settings = {limit: max(getattr(config, limit), RECOMPILE_LIMIT)}
+        if fail is not None:
+            settings[fail] = True
         try:
-            # one graph per shape and mod: more than dynamo's default 8, for this
-            # call only (the process's setting is left as it is)
-            with config.patch(**{limit: max(getattr(config, limit), 64)}):
+            with config.patch(**settings):
                 return kernel(*args, **kwargs)
         except Exception as error:  # inductor, a missing C++ compiler, ...
             if isinstance(error, (TypeError, ValueError)):
                 raise
+            if _at_limit(error):
+                raise RuntimeError(
+                    f"path='flex': torch.compile's recompile limit "
+                    f"({settings[limit]} graphs of FlexAttention in this process) is "
+                    "reached; past it FlexAttention would run unfused, building the "
+                    "n x n scores. Call torch._dynamo.reset() to start again, or use "
+                    "path='fast'."
+                ) from error
             first = str(error).strip().splitlines()[0] if str(error) else ""
             raise RuntimeError(
                 "path='flex' could not compile FlexAttention "

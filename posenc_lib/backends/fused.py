@@ -12,9 +12,14 @@ one float mask. It costs what the maths costs:
 * a bias in the encoding's ``reuse`` is built once per forward pass, merged with its
   mask, and shared by every layer;
 * a bias that is a term of the key alone up to a term of the query (``key_bias``:
-  FoX's ``c_i - c_j``) is one more dimension of q and k, so the kernel
-  differentiates it and nothing ``n x n`` is built; attention sinks
-  (``sink_logits``) are one more key, of value 0, that every query sees;
+  FoX's ``c_i - c_j``) is one more dimension of q and k (two in bfloat16:
+  ``bias_columns``), so the kernel differentiates it and nothing ``n x n`` is
+  built; attention sinks (``sink_logits``) are one more key, of value 0, that every
+  query sees, first, in the same blocks (every dtype). In float16 a key term keeps
+  the float mask: its range cannot hold the term of a long sequence;
+* q, k and v widened by such columns (d + 1, d + 2) are padded to a width the GPU's
+  fused kernels take (``aligned``: a multiple of 8, exact), else the math kernel
+  would run them;
 * a bias of the distance alone, constant beyond a band (``band_bias``: T5's
   buckets) is 0 beyond the band once the constant is dropped: the kernel reads it
   as a mask, in blocks of queries, and on a CPU its gradient is summed over the
@@ -46,6 +51,53 @@ BAND_BLOCK = 128  # queries per kernel call with a band_bias (measured: 256 is s
 KEY_BIAS_BLOCK = 128  # queries per call with a key_bias: the term is recentred per
 # block, so its rounding grows with the block's span (float32: 5e-6 at 128, 1e-5 at
 # 256 for FoX's gates at initialisation, n = 1024)
+# the dtypes in which a key_bias runs as columns of q and k: float32's range (8 bits
+# of exponent). In float16 (largest 65504) the key term of a long sequence does not
+# fit (FoX's w_j - w_m, far keys of ALiBi), so its score_bias stays a float mask there
+KEY_BIAS_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+ALIGN = 8  # head widths the fused GPU kernels take: flash attention and cuDNN's a
+# multiple of 8 (q, k and v alike, for flash), the memory-efficient kernel a multiple
+# of 16 bytes (8 in half precision, 4 in float32); otherwise the math kernel runs
+
+
+def aligned(q, k, v):
+    """q, k and v padded with zero columns to one width, the multiple of ``ALIGN``
+    at or above the widest, which every fused kernel takes: zeros in q and k add
+    nothing to any ``q_i . k_j``, and v's zero columns give output columns that the
+    caller drops (``out[..., :e]``). Exact, forward and backward (the gradient of a
+    padded column is dropped with it)."""
+    width = -(-max(q.shape[-1], k.shape[-1], v.shape[-1]) // ALIGN) * ALIGN
+    return _as_wide_as(q, width), _as_wide_as(k, width), _as_wide_as(v, width)
+
+
+def bias_columns(rel: torch.Tensor, dtype: torch.dtype, scale: float):
+    """``(one, columns)``: the value of the queries' constant columns and the keys'
+    columns ``(..., parts)`` in ``dtype`` whose products, scaled, give the bias
+    ``rel``: ``scale * sum_p one * columns[..., p] = rel``.
+
+    float32 and float64: one column, ``rel`` against ``1/scale`` (the identity
+    ``key_bias_blocks`` states). Half precision keeps 8 (bfloat16) or 11 bits, too
+    few for a bias: two columns, ``hi`` = ``rel / scale`` rounded to ``dtype`` and
+    ``lo`` = what ``hi`` missed, rounded, against queries of exactly 1, so that the
+    kernel, which accumulates in float32, sees the bias to about 16 bits. Where
+    ``hi`` overflows (a far key's bias below the dtype's range: weight 0 either way)
+    ``lo`` is 0, not ``inf - inf``."""
+    if bias_parts(dtype) == 1:
+        return bias_one(dtype, scale), rel.to(dtype)[..., None]
+    exact = rel / scale
+    hi = exact.to(dtype)
+    lo = torch.where(torch.isfinite(hi), exact - hi.to(exact.dtype), 0.0).to(dtype)
+    return bias_one(dtype, scale), torch.stack([hi, lo], dim=-1)
+
+
+def bias_parts(dtype: torch.dtype) -> int:
+    """How many columns ``bias_columns`` gives a bias in ``dtype``."""
+    return 1 if dtype in (torch.float32, torch.float64) else 2
+
+
+def bias_one(dtype: torch.dtype, scale: float) -> float:
+    """The value of the queries' columns against ``bias_columns``' in ``dtype``."""
+    return 1.0 / scale if bias_parts(dtype) == 1 else 1.0
 
 
 def refuses(pe: PositionalEncoding, return_weights: bool, pos=None) -> str | None:
@@ -72,10 +124,11 @@ def attend(q, k, v, pe: PositionalEncoding, pos: Positions, ctx: Context, scale)
     keep = None if pos.ordered and pos.user_mask is None else pos.mask
     if pe.needs_score_path:  # refuses() let it through: the encoding's own algorithm
         return pe.call_hook("causal_attention", q, k, v, scale, ctx=ctx)
-    if keep is None and pos.ordered and q.dtype in (torch.float32, torch.float64):
-        w = pe.call_hook("key_bias", q, k, pos.q, pos.k, ctx=ctx)
-        if w is not None:
-            return key_bias_blocks(q, k, v, w, scale)
+    if keep is None and pos.ordered:
+        if q.dtype in KEY_BIAS_DTYPES:
+            w = pe.call_hook("key_bias", q, k, pos.q, pos.k, ctx=ctx)
+            if w is not None:
+                return key_bias_blocks(q, k, v, w, scale)
         if band_bias_runs(pe):
             c = pe.call_hook("band_bias", q, k, pos.q, pos.k, ctx=ctx)
             if c is not None:
@@ -115,15 +168,17 @@ def with_sinks(q, k, v, attn_mask, sinks, scale, ordered: bool) -> torch.Tensor:
     (The same result is the plain attention rescaled by its log-sum-exp ``L_i``:
     ``o_i * sigmoid(L_i - s_h)``.) ``(b, h, i, e)``.
 
-    Causal in token order with no other mask (float32 or float64), the sink key
-    goes first into the key-bias blocks (``key_bias_blocks``), with the bias
-    ``w = (s_h, 0, ..., 0)``: the call of ``i`` queries against ``1 + j`` keys is
-    then in token order too, and nothing ``n x n`` is built (an ``(i, 1 + j)`` mask
-    would be, since the kernel's causal mode wants ``i == j``)."""
+    Causal in token order with no other mask (every dtype: the sink logits are the
+    bias's only values), the sink key goes first into the key-bias blocks
+    (``key_bias_blocks``), with the bias ``w = (s_h, 0, ..., 0)``: the call of ``i``
+    queries against ``1 + j`` keys is then in token order too, and nothing ``n x n``
+    is built, forward or backward (an ``(i, 1 + j)`` mask would be, since the
+    kernel's causal mode wants ``i == j``). Otherwise q, k and v are padded to a
+    width the kernels take (``aligned``)."""
     b, h, i, d = q.shape
     dtype = q.dtype
-    if attn_mask is None and ordered and dtype in (torch.float32, torch.float64):
-        w = F.pad(sinks.to(dtype).view(1, h, 1), (0, k.shape[2]))  # (1, h, 1 + j)
+    if attn_mask is None and ordered:
+        w = F.pad(sinks.double().view(1, h, 1), (0, k.shape[2]))  # (1, h, 1 + j)
         k0 = F.pad(k, (0, 0, 1, 0))  # the sink key first: zeros (b, h, 1 + j, d)
         v0 = F.pad(v, (0, 0, 1, 0))  # and its value
         return key_bias_blocks(q, k0, v0, w, scale)
@@ -133,8 +188,7 @@ def with_sinks(q, k, v, attn_mask, sinks, scale, ordered: bool) -> torch.Tensor:
     q1 = torch.cat([q, one], dim=-1)  # (b, h, i, d + 1)
     k1 = torch.cat([sink_key, torch.cat([k, k.new_zeros(*k.shape[:3], 1)], -1)], 2)
     v1 = torch.cat([v.new_zeros(b, h, 1, v.shape[-1]), v], dim=2)  # (b, h, 1 + j, e)
-    if v1.shape[-1] == d:  # the CPU's flash kernel wants v as wide as q and k
-        v1 = torch.cat([v1, v1.new_zeros(*v1.shape[:3], 1)], dim=-1)
+    q1, k1, v1 = aligned(q1, k1, v1)  # one width, which the kernels take
     if attn_mask is not None:  # every query sees the sink: 0 (float) or True (bool)
         first = torch.ones_like(attn_mask[..., :1])
         first = first if attn_mask.dtype == torch.bool else first.zero_()
@@ -281,6 +335,11 @@ def _band_gradient(q, k, v, grad, out, lse, band, ctx) -> torch.Tensor:
     exp(S + bias - L)`` recomputed on those diagonals only. All queries at once, in
     rows of ``BAND_ROWS``: row m's queries ``mC .. mC + C - 1`` against the
     ``C + W - 1`` keys within distance W of one of them (windows of the keys)."""
+    dtype = band.dtype
+    work = torch.promote_types(dtype, torch.float32)  # half precision: float32 sums
+    q, k, v, grad, out, lse, band = (
+        t.to(work) for t in (q, k, v, grad, out, lse, band)
+    )
     b, h, i, d = q.shape
     j, e, width, rows = k.shape[2], v.shape[-1], ctx.width, BAND_ROWS
     n_rows = -(-i // rows) * rows  # queries padded to whole rows of the batch
@@ -310,7 +369,8 @@ def _band_gradient(q, k, v, grad, out, lse, band, ctx) -> torch.Tensor:
         (b, h, m, rows, width), (*ds.stride()[:3], n_cols + 1, 1)
     )  # diag[..., t, x] = ds[..., t, t + x]
     d_near = diag.sum((0, 2, 3)).flip(-1)  # (h, W)
-    return d_near if band.shape[1] != 1 else d_near.sum(0, keepdim=True)
+    d_near = d_near if band.shape[1] != 1 else d_near.sum(0, keepdim=True)
+    return d_near.to(dtype)
 
 
 def _distance_band(near, rows: int, j: int, beyond=None) -> torch.Tensor:
@@ -364,7 +424,9 @@ def key_bias_blocks(q, k, v, w, scale) -> torch.Tensor:
     the end of a long sequence would have lost. On a CPU the blocks run in one
     autograd step (``_KeyBiasFlash``) that keeps only q, k, v, w and each row's
     log-sum-exp for the backward pass, with subnormal numbers flushed to zero.
-    ``(b, h, i, e)``."""
+    In half precision the term is two columns (``bias_columns``), and elsewhere
+    than on a CPU q, k and v are padded to a width the fused kernels take
+    (``aligned``). ``(b, h, i, e)``."""
     b, h, i, d = q.shape
     w = w.expand(b, h, k.shape[2])
     if q.device.type == "cpu" and hasattr(torch.ops.aten, _CPU_FLASH):
@@ -380,10 +442,11 @@ _CPU_FLASH = "_scaled_dot_product_flash_attention_for_cpu"
 def _attend_block(q, k, v, w, start: int, stop: int, scale) -> torch.Tensor:
     """Queries ``start .. stop - 1`` through ``scaled_dot_product_attention``:
     ``(b, h, stop - start, e)``."""
-    q1, k1, v1 = _key_bias_block(q, k, v, w, start, stop, scale)
+    q1, k1, v1 = aligned(*_key_bias_block(q, k, v, w, start, stop, scale))
     # the block's queries are the last of the keys it sees: token order
     sees = triangle(q1, k1)
-    return F.scaled_dot_product_attention(q1, k1, v1, attn_mask=sees, scale=scale)
+    out = F.scaled_dot_product_attention(q1, k1, v1, attn_mask=sees, scale=scale)
+    return out[..., : v.shape[-1]]  # the padded columns dropped
 
 
 def _key_bias_block(q, k, v, w, start: int, stop: int, scale):
@@ -394,11 +457,14 @@ def _key_bias_block(q, k, v, w, start: int, stop: int, scale):
     seen = stop + j - i  # the block's last query sees keys 0 .. seen - 1
     middle = (start + stop) // 2 + j - i  # the key at the block's middle query
     # w_j - w_middle: exact where it matters, near the block's own keys
-    column = (w[..., :seen] - w[..., middle : middle + 1]).to(dtype)  # (b, h, seen)
-    k1 = torch.cat([k[:, :, :seen], column[..., None]], dim=-1)  # (b, h, seen, d+1)
+    rel = w[..., :seen] - w[..., middle : middle + 1]  # (b, h, seen), w's precision
+    value, columns = bias_columns(rel, dtype, scale)  # (b, h, seen, parts)
+    k1 = torch.cat([k[:, :, :seen], columns], dim=-1)  # (b, h, seen, d + parts)
     rows = q[:, :, start:stop]
-    one = torch.full((*rows.shape[:3], 1), 1.0 / scale, dtype=dtype, device=q.device)
-    q1 = torch.cat([rows, one], dim=-1)  # (b, h, stop - start, d + 1)
+    one = torch.full(
+        (*rows.shape[:3], columns.shape[-1]), value, dtype=dtype, device=q.device
+    )
+    q1 = torch.cat([rows, one], dim=-1)  # (b, h, stop - start, d + parts)
     return q1, k1, v[:, :, :seen]
 
 
@@ -422,9 +488,9 @@ class _KeyBiasFlash(torch.autograd.Function):
                 out, lse = kernel(q1, k1, v1, 0.0, False, attn_mask=mask, scale=scale)
                 outs.append(out)
                 lses.append(lse)
-        out = torch.cat(outs, dim=2)  # (b, h, i, d + 1 or e)
+        out = torch.cat(outs, dim=2)  # (b, h, i, d + parts or e)
         ctx.save_for_backward(q, k, v, w, out, *lses)
-        ctx.scale = scale
+        ctx.scale, ctx.one = scale, bias_one(q.dtype, scale)
         return out[..., : v.shape[-1]]
 
     @staticmethod
@@ -450,11 +516,13 @@ class _KeyBiasFlash(torch.autograd.Function):
                     out[:, :, start:stop].contiguous(), lse, 0.0, False,
                     attn_mask=mask, scale=ctx.scale,
                 )  # fmt: skip
-            # back through q1 = [q, 1/scale] and k1 = [k, w - w_middle]
+            # back through q1 = [q, one] and k1 = [k, columns of w - w_middle]: the
+            # first column is (w - w_middle) / (one * scale) (bias_columns)
             dq[:, :, start:stop] += dq1[..., :d]
             dk[:, :, :seen] += dk1[..., :d]
             dv[:, :, :seen] += dv1[..., :e]
-            column = dk1[..., d].to(dw.dtype)  # d/d(w_j - w_middle), (b, h, seen)
+            # d/d(w_j - w_middle), (b, h, seen)
+            column = dk1[..., d].to(dw.dtype) / (ctx.one * ctx.scale)
             dw[..., :seen] += column
             dw[..., middle] -= column.sum(-1)
         return dq, dk, dv, dw, None
@@ -467,9 +535,10 @@ def _flash_blocks(q, k, v, w, scale):
     made); mask a view of one band, 0 where query t sees key s (s <= t + offset)."""
     b, h, i, d = q.shape
     j, e, dtype = k.shape[2], v.shape[-1], q.dtype
-    # the kernel wants q, k and v equally wide: zeros after column d (the bias's)
-    width = max(d + 1, e)
-    keys = _as_wide_as(k, width)  # (b, h, j, width): column d rewritten per block
+    # the kernel wants q, k and v equally wide: zeros after the bias's columns
+    parts = bias_parts(dtype)
+    width = max(d + parts, e)
+    keys = _as_wide_as(k, width)  # (b, h, j, width): columns d .. rewritten per block
     values = _as_wide_as(v, width)
     rows = min(KEY_BIAS_BLOCK, i)
     # band[r, c] = 0 where c <= r + j, else -inf: the block at offset o reads columns
@@ -480,14 +549,15 @@ def _flash_blocks(q, k, v, w, scale):
         c > r + j, float("-inf")
     )  # (rows, j + rows)
     one = q.new_zeros(b, h, rows, width - d)  # the queries' extra columns
-    one[..., 0] = 1.0 / scale  # against the bias's column of the keys
+    one[..., :parts] = bias_one(dtype, scale)  # against the bias's columns
     for start in range(0, i, KEY_BIAS_BLOCK):
         stop = min(start + KEY_BIAS_BLOCK, i)
         n_rows, offset = stop - start, start + j - i
         seen = stop + j - i  # the block's last query sees keys 0 .. seen - 1
         middle = (start + stop) // 2 + j - i  # the key at the block's middle query
         # w_j - w_middle: exact where it matters, near the block's own keys
-        keys[..., :seen, d] = w[..., :seen] - w[..., middle : middle + 1]
+        rel = w[..., :seen] - w[..., middle : middle + 1]
+        keys[..., :seen, d : d + parts] = bias_columns(rel, dtype, scale)[1]
         q1 = torch.cat([q[:, :, start:stop], one[:, :, :n_rows]], dim=-1)
         mask = band[:n_rows, j - offset : j - offset + seen]  # (n_rows, seen)
         yield q1, keys[:, :, :seen], values[:, :, :seen], mask

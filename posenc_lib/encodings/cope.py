@@ -51,6 +51,26 @@ __all__ = ["CoPE", "cope_positions", "cope_bias"]
 # and 128 slower; the peak grows with it: 6.3, 9.4, 15.5 MiB at 32, 64, 128 (one (h,
 # n, n) float32: 16)
 BLOCK = 64
+# elsewhere (a GPU), where each elementwise step of a block is a kernel, a call with
+# b h n >= LARGE (a model's training step) takes n / 8 queries, 64 to 256: it
+# launches up to a quarter of 64's kernels, and a block's tensors stay an eighth of
+# the (b, h, n, n) scores at most; a smaller call (one layer of a chapter) is
+# launch-bound with any block: it keeps 64, and its memory grows as n. Chosen, not
+# measured on a card: the GPU run (make test-gpu) times it
+BLOCK_OFF_CPU = 256
+LARGE = 2**17
+
+
+def block_size(device: torch.device, n: int, rows: int = 1) -> int:
+    """Queries per block of ``CoPE.causal_attention`` for ``n`` queries of ``rows``
+    (b h) rows on ``device``: ``BLOCK`` on a CPU (measured) and for a small call;
+    for ``rows * n >= LARGE`` elsewhere, ``n // 8`` between ``BLOCK`` and
+    ``BLOCK_OFF_CPU``."""
+    if device.type == "cpu" or rows * n < LARGE:
+        return BLOCK
+    return min(BLOCK_OFF_CPU, max(BLOCK, n // 8))
+
+
 # the CPU's blocks run their elementwise steps in numba's compiled scan when numba
 # is installed (``_cope_scan``); False: torch's operations everywhere
 COMPILED_SCAN = True
@@ -281,8 +301,9 @@ def _rows(t: torch.Tensor):
 
 
 class _CoPEBlocks(torch.autograd.Function):
-    """CoPE's causal attention in token order, blocks of ``BLOCK`` queries, each
-    against the keys it sees, recomputed in the backward pass: memory O(n BLOCK).
+    """CoPE's causal attention in token order, blocks of ``block_size`` queries,
+    each against the keys it sees, recomputed in the backward pass: memory O(n
+    block).
 
     Inputs ``(B, i, d)``, ``(B, j, d)``, ``(B, j, e)``, ``(P, d)`` in the working
     dtype (B = b h, i <= j: query t sees keys 0 .. t + j - i). The keys and values
@@ -304,11 +325,12 @@ class _CoPEBlocks(torch.autograd.Function):
         k, v = k.flip(1), v.flip(1)  # (B, j, d), (B, j, e): newest key first
         out = q.new_empty(*q.shape[:2], v.shape[-1])  # (B, i, e)
         lse = q.new_empty(q.shape[:2])  # (B, i)
-        future = _future(min(BLOCK, i), q)
+        size = block_size(q.device, i, q.shape[0])
+        future = _future(min(size, i), q)
         padded = _padded(table)  # (P + 1, d)
         scan = _scan(q)
-        for start in range(0, i, BLOCK):
-            stop = min(start + BLOCK, i)
+        for start in range(0, i, size):
+            stop = min(start + size, i)
             old = i - stop  # the block sees the reversed keys old .. j - 1
             mask = future[start - stop :, : stop - start]
             omega = _block(
@@ -342,11 +364,12 @@ class _CoPEBlocks(torch.autograd.Function):
         dot = (d_out * out).sum(-1)  # (B, i)
         dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
         d_table = torch.zeros_like(table)
-        future = _future(min(BLOCK, i), q)
+        size = block_size(q.device, i, q.shape[0])
+        future = _future(min(size, i), q)
         padded = _padded(table)  # (P + 1, d)
         scan = _scan(q)
-        for start in range(0, i, BLOCK):
-            stop = min(start + BLOCK, i)
+        for start in range(0, i, size):
+            stop = min(start + size, i)
             old = i - stop
             q_blk, d_blk, k_seen = q[:, start:stop], d_out[:, start:stop], k[:, old:]
             mask = future[start - stop :, : stop - start]
@@ -508,10 +531,10 @@ class CoPE(PositionalEncoding):
         ctx: Context | None = None,
     ) -> torch.Tensor:
         """The attention ``(b, h, i, e)`` of a causal call in token order (query t sees
-        keys ``0 .. t + j - i``): ``_CoPEBlocks``, blocks of ``BLOCK`` queries, each
-        against the keys it sees and recomputed in the backward pass. q ``(b, h, i,
-        d)``, k ``(b, h, j, d)``, v ``(b, h, j, e)``; half precision is computed in
-        float32 and returned in v's dtype."""
+        keys ``0 .. t + j - i``): ``_CoPEBlocks``, blocks of ``block_size``
+        queries, each against the keys it sees and recomputed in the backward pass.
+        q ``(b, h, i, d)``, k ``(b, h, j, d)``, v ``(b, h, j, e)``; half precision is
+        computed in float32 and returned in v's dtype."""
         if q.shape[-1] != self.d_head:
             raise ValueError(
                 f"q must have head dimension {self.d_head} for this CoPE "

@@ -43,7 +43,8 @@ data-dependent penalty that grows with the number of keys in between; with a con
 logit z it is ALiBi's ``-m (i - j)`` with slope ``m = softplus(z)`` (up to a constant).
 
 **Without an (i, j) tensor.** A causal call in token order (``causal_attention``, run
-by the fused backend) goes in blocks of ``BLOCK`` queries, each against only the keys
+by the fused backend) goes in blocks of queries (``block_size``: 64; on a GPU, for a
+large call, n / 8 up to 256), each against only the keys
 it sees, taken in reversed token order so that the sum over the keys after j is a
 cumulative sum; the backward pass recomputes each block (``_StickBreakingBlocks``),
 so memory is ``O(n * BLOCK)``, as in the authors' and flash-linear-attention's
@@ -67,6 +68,25 @@ LEFTOVERS = ("value", None)
 BLOCK = 64  # queries per block in causal_attention: 64 and 128 ran as fast (fwd+bwd
 # of TinyTransformer(256, 128, 4, 2) on 1024 tokens, one CPU thread: 2.2x NoPE), 256
 # 2.6x; a block holds 3 (b, h, BLOCK, n) float tensors at most, in the backward pass
+BLOCK_OFF_CPU = 256  # elsewhere (a GPU), at most, for a large call: a block is some
+# 20 kernels forward and 40 backward, so 64 queries launch thousands per layer and
+# step at n = 2048; a call with b h n >= LARGE (a model's training step, 4 x 16 x
+# 2048) takes n / 8 queries, 64 to 256, so that its kernels, not their launches,
+# take the time (4 x 16 x 256 x 2048 floats: 134 MB a pass), and a block's tensors
+# stay an eighth of the (b, h, n, n) scores at most. A smaller call (one layer of a
+# chapter) is launch-bound with any block: it keeps 64, and its memory grows as n.
+# Chosen, not measured on a card: the GPU run (make test-gpu) times it
+LARGE = 2**17
+
+
+def block_size(device: torch.device, n: int, rows: int = 1) -> int:
+    """Queries per block of ``causal_attention`` for ``n`` queries of ``rows`` (b
+    h) rows on ``device``: ``BLOCK`` on a CPU (measured) and for a small call;
+    for ``rows * n >= LARGE`` elsewhere, ``n // 8`` between ``BLOCK`` and
+    ``BLOCK_OFF_CPU``."""
+    if device.type == "cpu" or rows * n < LARGE:
+        return BLOCK
+    return min(BLOCK_OFF_CPU, max(BLOCK, n // 8))
 
 
 def stick_breaking_weights(
@@ -144,11 +164,11 @@ def stick_breaking_weights(
     return log_a.exp().to(scores.dtype)  # (b, h, i, j)
 
 
-def _blocks(i: int, j: int):
-    """``(start, stop, seen)`` per block of ``BLOCK`` queries: queries ``start ..
+def _blocks(i: int, j: int, size: int):
+    """``(start, stop, seen)`` per block of ``size`` queries: queries ``start ..
     stop - 1`` see keys ``0 .. seen - 1`` (token order: query t is token t + j - i)."""
-    for start in range(0, i, BLOCK):
-        stop = min(start + BLOCK, i)
+    for start in range(0, i, size):
+        stop = min(start + size, i)
         yield start, stop, stop + j - i
 
 
@@ -210,7 +230,9 @@ class _StickBreakingBlocks(torch.autograd.Function):
         qw, vw = q.to(work), v.to(work)
         k_back, v_back = k.to(work).flip(2), vw.flip(2)  # (b, h, j, d|e) reversed
         out = []
-        for start, stop, seen in _blocks(i, j):
+        for start, stop, seen in _blocks(
+            i, j, block_size(q.device, i, q.shape[0] * q.shape[1])
+        ):
             hidden = _hidden(stop - start, attend_current, q.device)
             keys = k_back[:, :, j - seen :]  # (b, h, s, d): keys seen - 1 .. 0
             a, z, rest = _block_weights(qw[:, :, start:stop], keys, scale, hidden)
@@ -239,7 +261,9 @@ class _StickBreakingBlocks(torch.autograd.Function):
         dq = torch.zeros(qw.shape, dtype=work, device=q.device)  # (b, h, i, d)
         dk_back = torch.zeros(k_back.shape, dtype=work, device=k.device)  # reversed
         dv_back = torch.zeros(v_back.shape, dtype=work, device=v.device)  # reversed
-        for start, stop, seen in _blocks(i, j):
+        for start, stop, seen in _blocks(
+            i, j, block_size(q.device, i, q.shape[0] * q.shape[1])
+        ):
             hidden = _hidden(stop - start, ctx.attend_current, q.device)
             rows, d_out = qw[:, :, start:stop], g[:, :, start:stop]  # (b, h, r, d|e)
             keys, values = k_back[:, :, j - seen :], v_back[:, :, j - seen :]
@@ -400,7 +424,8 @@ class StickBreaking(PositionalEncoding):
         e)``: the whole attention of a causal call in token order (query t is token
         ``t + j - i`` and sees keys ``0 .. t + j - i``), without an ``(i, j)`` tensor.
 
-        Blocks of ``BLOCK`` queries, each against the keys it sees, recomputed in the
+        Blocks of ``block_size`` queries, each against the keys it sees,
+        recomputed in the
         backward pass (``_StickBreakingBlocks``); half precision is computed in
         float32 and returned in v's dtype."""
         i, j = q.shape[2], k.shape[2]

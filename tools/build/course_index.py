@@ -94,6 +94,27 @@ def added(record: dict) -> str:
     )
 
 
+def gpu_sentence(gpu: dict | None, chapters: int) -> str:
+    """The GPU run as the page names it, from the fields its record has: the card,
+    the date, how it ran; how many chapters it timed when it stopped early (a run
+    at a box's time limit keeps what it finished) and which failed there."""
+    if not gpu:
+        return "not measured (no GPU was available when the times were taken)."
+    text = gpu.get("device") or "a GPU"
+    if gpu.get("measured"):
+        text += f", measured {gpu['measured']}"
+    if gpu.get("note"):
+        text += f" ({gpu['note']})"
+    timed = len(gpu.get("seconds", {}))
+    if gpu.get("complete") is False:
+        text += f"; the run stopped early: {timed} of {chapters} chapters timed"
+    if gpu.get("failed"):
+        numbers = toc.chapter_numbers()
+        failed = ", ".join(str(numbers.get(e, e)) for e in gpu["failed"])
+        text += f"; failed there: chapter(s) {failed}"
+    return text + "."
+
+
 def render() -> str:
     chapters = toc.chapters()
     times = timings()
@@ -113,13 +134,7 @@ def render() -> str:
         "",
         f"CPU: {cpu.get('device', 'not measured')}, measured {cpu.get('measured', '—')}"
         f" ({cpu.get('note', '')}); the whole course takes **{total / 60:.1f} minutes**"
-        " there. GPU: "
-        + (
-            f"{gpu['device']}, measured {gpu['measured']} ({gpu.get('note', '')})."
-            if gpu
-            else "not measured (no GPU was available when the times were taken)."
-        )
-        + added(cpu),
+        " there. GPU: " + gpu_sentence(gpu, len(chapters)) + added(cpu),
         "",
         # a GPU column only when a GPU was measured (a column of "not measured" says
         # nothing the sentence above does not)
@@ -131,14 +146,20 @@ def render() -> str:
         info = infos[entry]
         link = f"../{entry.removeprefix('book/')}.ipynb"
         seconds = cpu["seconds"].get(entry)
-        gpu_s = gpu["seconds"].get(entry) if gpu else None
+        gpu_s = gpu.get("seconds", {}).get(entry) if gpu else None
+        gpu_cell = (
+            f" {gpu_s:.0f} s"
+            if gpu_s is not None
+            else " failed"
+            if gpu and entry in gpu.get("failed", [])
+            else " not measured"
+        )
         lines.append(
             f"| {number} | [{info['title']}]({link}) | {len(info['objectives'])} | "
             f"{len(info['exercises'])} | "
             + (f"{seconds:.0f} s" if seconds is not None else "not measured")
             + " |"
-            + ((f" {gpu_s:.0f} s" if gpu_s is not None else " not measured") + " |")
-            * bool(gpu)
+            + (gpu_cell + " |") * bool(gpu)
         )
     part = None
     for number, caption, entry in ((c.number, c.part, c.entry) for c in chapters):

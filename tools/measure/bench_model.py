@@ -28,8 +28,11 @@ Every round runs every model once, back to back (A B C ... A B C ...), after two
 warm-up runs each; times are medians over the rounds, ratios the median of each
 round's ratio, so load that drifts over a run hits the models of a round alike.
 One thread on a CPU. Writes ``posenc_lib/data/model_bench_<device>.json`` (meta: torch,
-device, card, threads, date, config; one row per model) and a markdown table beside
-it (``.md``), and prints the table.
+device, card, threads on a CPU, date, config; one row per model) and a markdown table
+beside it (``.md``), and prints the table. Both are rewritten after every round, so a
+run stopped at a time limit keeps what it measured; ``--deadline-s`` (the GPU run,
+``tools/build/test_gpu.sh``) starts no round past that time (meta ``rounds``, and
+``stopped`` with the reason when fewer than ``--repeats`` ran).
 """
 
 from __future__ import annotations
@@ -153,9 +156,21 @@ def build(name: str, cfg: dict, device: torch.device, dtype: torch.dtype):
     return model.to(device=device, dtype=dtype)
 
 
-def measure(models: dict, tokens: torch.Tensor, repeats: int) -> dict:
-    """name -> {"fwd": [s, ...], "fb": [s, ...]}: ``repeats`` rounds, every model
-    once per round, in turn."""
+def measure(
+    models: dict,
+    tokens: torch.Tensor,
+    repeats: int,
+    deadline=None,
+    each_round=None,
+    skipped=None,
+) -> dict:
+    """name -> {"fwd": [s, ...], "fb": [s, ...], "peak": MiB}: warm-up and the
+    peak of each model, then ``repeats`` rounds, every model once per round, in
+    turn. With ``deadline`` (a ``time.perf_counter()`` value) no model but the two
+    references (the baseline, NoPE) is warmed up past it, and no round starts past
+    it (one always runs): a model left out is removed from ``models`` and
+    ``skipped(name)`` is called. ``each_round(times)`` is called after every
+    round."""
     device = tokens.device
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
     targets = tokens.flatten()
@@ -178,17 +193,28 @@ def measure(models: dict, tokens: torch.Tensor, repeats: int) -> dict:
             sync()
         return time.perf_counter() - start
 
-    for model in models.values():  # warm-up: caches, kernels, allocator
+    times = {name: {"fwd": [], "fb": []} for name in models}
+    for name, model in list(models.items()):  # warm-up: caches, kernels, allocator
+        late = deadline is not None and time.perf_counter() > deadline
+        if late and name not in (BASELINE, "nope"):
+            del models[name], times[name]
+            if skipped is not None:
+                skipped(name)
+            continue
         for _ in range(2):
             timed(fwd, model), timed(fb, model)
-    times = {name: {"fwd": [], "fb": []} for name in models}
-    for _ in range(repeats):
+        model.zero_grad(set_to_none=True)
+        times[name]["peak"] = peak_mib(lambda model=model: fb(model), device)
+        model.zero_grad(set_to_none=True)
+    for round_ in range(repeats):
+        if round_ and deadline is not None and time.perf_counter() > deadline:
+            break
         for name, model in models.items():
             times[name]["fwd"].append(timed(fwd, model))
             times[name]["fb"].append(timed(fb, model))
-    for name, model in models.items():
-        model.zero_grad(set_to_none=True)
-        times[name]["peak"] = peak_mib(lambda model=model: fb(model), device)
+        if each_round is not None:
+            each_round(times)
+    for model in models.values():
         model.zero_grad(set_to_none=True)
     return times
 
@@ -231,9 +257,12 @@ def table(meta: dict, rows: list[dict]) -> str:
     head = (
         f"`TinyTransformer({cfg['vocab']}, {cfg['d_model']}, {cfg['n_heads']}, "
         f"{cfg['n_layers']})` on tokens ({cfg['batch']}, {cfg['n']}), {cfg['dtype']}, "
-        f"{meta['device_name']}, {meta['threads']} thread(s), torch {meta['torch']}, "
+        f"{meta['device_name']}, "
+        + (f"{meta['threads']} thread(s), " if meta.get("threads") else "")
+        + f"torch {meta['torch']}, "
         + (f"numba {meta['numba']}, " if meta.get("numba") else "")
-        + f"{meta['date']}; medians of {meta['repeats']} interleaved rounds. "
+        + f"{meta['date']}; medians of {meta.get('rounds', meta['repeats'])} "
+        "interleaved rounds. "
         "x sdpa / x nope: time or peak over the baseline's / the NoPE model's."
     )
     cols = [
@@ -265,6 +294,11 @@ def main(argv=None) -> int:
     parser.add_argument("--encodings", nargs="+", default=ENCODINGS)
     parser.add_argument("--repeats", type=int, default=15, help="rounds (median)")
     parser.add_argument("--out", type=pathlib.Path, help="JSON path (.md beside it)")
+    parser.add_argument(
+        "--deadline-s", type=float,
+        help="start no round past this many seconds (one always runs); the JSON "
+        "and the table are rewritten after every round",
+    )  # fmt: skip
     sizes = parser.add_argument_group("sizes (default: the device's configuration)")
     for key in ("vocab", "d_model", "n_heads", "n_layers", "batch", "n"):
         sizes.add_argument("--" + key.replace("_", "-"), type=int, dest=key)
@@ -318,46 +352,78 @@ def main(argv=None) -> int:
                 # the path a causal call in token order takes (the model's calls)
                 causal = pl.prepare(model.pe, 1, 1, 2, 2, causal=True, device=device)
                 default_path[name] = "fast" if model.pe.runs_fused(causal) else "slow"
-            times = measure(models, tokens, args.repeats)
+            meta = dict(
+                device=args.device,
+                device_name=(
+                    torch.cuda.get_device_name(device)
+                    if device.type == "cuda"
+                    else _cpu_name()
+                ),
+                cpus=os.cpu_count(),
+                threads=torch.get_num_threads() if device.type == "cpu" else None,
+                torch=torch.__version__,
+                numba=version("numba"),  # CoPE's blocks compiled on a CPU
+                python=platform.python_version(),
+                date=datetime.datetime.now(datetime.timezone.utc).strftime(
+                    "%Y-%m-%d %H:%M UTC"
+                ),
+                config=cfg,
+                repeats=args.repeats,
+                baseline=(
+                    "SDPAModel: TinyTransformer's layers, attention "
+                    "F.scaled_dot_product_attention(q, k, v, is_causal=True)"
+                ),
+                timing=(
+                    "median of interleaved rounds; ratios: median of per-round ratios"
+                ),
+                memory=(
+                    "torch.cuda.max_memory_allocated over the call"
+                    if device.type == "cuda"
+                    else "pl.tensor_memory (peak of the tensors the call creates)"
+                ),
+            )
+
+            def save(times, complete=False):
+                rounds = len(times[BASELINE]["fb"])
+                meta.update(
+                    seconds=round(time.perf_counter() - started),
+                    rounds=rounds,
+                    complete=complete,
+                    stopped=(
+                        f"time budget: {rounds} of {args.repeats} rounds "
+                        f"(--deadline-s {args.deadline_s:.0f})"
+                        if complete and rounds < args.repeats
+                        else None
+                    ),
+                )
+                write(out, meta, rows_of(times, default_path, notes, models))
+
+            deadline = None if args.deadline_s is None else started + args.deadline_s
+
+            def skipped(name):
+                notes[name] = "not run: past the time budget (--deadline-s)"
+                default_path.pop(name)
+
+            times = measure(models, tokens, args.repeats, deadline, save, skipped)
+        save(times, complete=True)
         rows = rows_of(times, default_path, notes, models)
-        meta = dict(
-            device=args.device,
-            device_name=(
-                torch.cuda.get_device_name(device)
-                if device.type == "cuda"
-                else _cpu_name()
-            ),
-            cpus=os.cpu_count(),
-            threads=torch.get_num_threads() if device.type == "cpu" else None,
-            torch=torch.__version__,
-            numba=version("numba"),  # CoPE's blocks compiled on a CPU
-            python=platform.python_version(),
-            date=datetime.datetime.now(datetime.timezone.utc).strftime(
-                "%Y-%m-%d %H:%M UTC"
-            ),
-            config=cfg,
-            repeats=args.repeats,
-            baseline=(
-                "SDPAModel: TinyTransformer's layers, attention "
-                "F.scaled_dot_product_attention(q, k, v, is_causal=True)"
-            ),
-            timing="median of interleaved rounds; ratios: median of per-round ratios",
-            memory=(
-                "torch.cuda.max_memory_allocated over the call"
-                if device.type == "cuda"
-                else "pl.tensor_memory (peak of the tensors the call creates)"
-            ),
-            seconds=round(time.perf_counter() - started),
-        )
     finally:
         torch.set_num_threads(threads)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(meta=meta, rows=rows), indent=1) + "\n")
-    md = table(meta, rows)
-    out.with_suffix(".md").write_text(md)
-    print(md)
+    print(table(meta, rows))
     print(f"wrote {out} and .md in {meta['seconds']} s", file=sys.stderr)
     return 0
+
+
+def write(out: pathlib.Path, meta: dict, rows: list[dict]) -> None:
+    """The JSON and its markdown table (``.md``), each replaced whole."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for path, text in (
+        (out, json.dumps(dict(meta=meta, rows=rows), indent=1) + "\n"),
+        (out.with_suffix(".md"), table(meta, rows)),
+    ):
+        part = path.with_name(path.name + ".part")
+        part.write_text(text)
+        os.replace(part, path)
 
 
 def _cpu_name() -> str:

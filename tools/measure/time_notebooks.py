@@ -43,8 +43,6 @@ import pathlib
 import platform
 import sys
 
-from jupyter_cache import get_cache
-
 from tools import RESULTS
 from tools.toc import notebooks as toc_notebooks
 
@@ -66,6 +64,8 @@ def from_cache(
 ) -> tuple[dict, list[str]]:
     """(entry -> cache record, entries without one) for every notebook of _toc.yml
     (or of ``paths``); an entry is ``book/part3/rope``."""
+    from jupyter_cache import get_cache  # here: a GPU box may lack it (nbval_times)
+
     cache = get_cache(cache_dir)
     found, missing = {}, []
     for path in toc_notebooks() if paths is None else paths:

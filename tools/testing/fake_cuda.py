@@ -21,7 +21,9 @@ its CUDA tensors abort the process in backward (no CUDA device guard), so it can
 run a training step.
 
 What it does not model: CUDA's rule that some ops accept a 0-d CPU tensor (every 0-d
-CPU tensor is accepted here), streams, memory (``torch.cuda.max_memory_allocated`` is
+CPU tensor is accepted here), streams (``torch.accelerator.current_stream()`` answers
+a stub that captures no graph, so that the optimizers run on a CUDA build of torch
+without a card), memory (``torch.cuda.max_memory_allocated`` is
 0; ``get_device_properties`` describes a 2 GiB card, so a chapter that sizes its runs
 by the card's memory stays small), and kernels (the CPU kernels run).
 ``torch.compile`` is not supported inside it.
@@ -205,12 +207,20 @@ def _move(func, args, kwargs):
     return out
 
 
+def _as_called(func, args, kwargs):
+    """A call the mode lets through untouched: ``Module.to(device="cuda")`` parses
+    its arguments with ``torch._C._nn._parse_to``, whose ``device`` must stay
+    ``cuda`` (the tensors' own ``to`` then moves them)."""
+    return func(*args, **kwargs)
+
+
 # Calls answered by the mode itself (a dict: every op looks itself up once).
 _SPECIAL = {
     _DEVICE_GET: _device,
     _IS_CUDA_GET: _is_cuda,
     _IS_CPU_GET: _is_cpu,
     _DATA_SET: _set_data,
+    torch._C._nn._parse_to: _as_called,
     **{move: _move for move in _MOVES},
 }
 
@@ -263,21 +273,43 @@ def _parameter_new(cls, data=None, requires_grad=True):
     return _mark(param) if on_fake_cuda(data) else param
 
 
+# The stream torch.accelerator answers inside fake_cuda(): the optimizers ask it
+# whether a CUDA graph is being captured (torch.optim's graph-capture check), which
+# on a CUDA build of torch without a card would initialise the missing driver
+_FAKE_STREAM = types.SimpleNamespace(
+    is_capturing=lambda: False, synchronize=lambda: None, query=lambda: True
+)
+
+
+def _accelerator_state():
+    """What ``torch.accelerator`` answers inside ``fake_cuda()`` (torch >= 2.6)."""
+    if not hasattr(torch, "accelerator"):
+        return {}
+    return {"current_stream": lambda *a, **k: _FAKE_STREAM}
+
+
 @contextlib.contextmanager
 def fake_cuda():
     """Inside: a CUDA device that computes on the CPU (see the module)."""
-    patches = _cuda_state()
-    saved = {name: getattr(torch.cuda, name) for name in patches}
-    for name, value in patches.items():
-        setattr(torch.cuda, name, value)
+    patches = [(torch.cuda, _cuda_state())]
+    if hasattr(torch, "accelerator"):
+        patches.append((torch.accelerator, _accelerator_state()))
+    saved = [
+        (module, {name: getattr(module, name) for name in values})
+        for module, values in patches
+    ]
+    for module, values in patches:
+        for name, value in values.items():
+            setattr(module, name, value)
     torch.nn.Parameter.__new__ = _parameter_new
     try:
         with FakeCudaMode():
             yield
     finally:
         torch.nn.Parameter.__new__ = _PARAMETER_NEW
-        for name, value in saved.items():
-            setattr(torch.cuda, name, value)
+        for module, values in saved:
+            for name, value in values.items():
+                setattr(module, name, value)
 
 
 # The first cell a notebook runs to execute on the fake device (a kernel keeps it on
