@@ -315,8 +315,9 @@ class PositionalEncoding(nn.Module):
         Return it in float64 where the encoding can: the backend subtracts, per block
         of queries, its value at the block, and rounds the difference (what matters,
         for the keys near the queries) once. Used only for causal calls in token order
-        with no other mask, and float32 or float64 q, k, v; ``score_bias`` serves
-        every other call."""
+        with no other mask, and float32, float64 or bfloat16 q, k, v
+        (``backends.fused.KEY_BIAS_DTYPES``; float16's range is too short for the key
+        term of a long sequence); ``score_bias`` serves every other call."""
         return None
 
     def band_bias(
