@@ -1,5 +1,6 @@
 # Two commands (see README):  make site   builds the website and its PDF;  make test   runs
-# every test.
+# every test. Quick loops (CONTRIBUTING.md): make test-quick (unit and hygiene tests),
+# make test-chapter CHAPTER=book/part3/alibi (one chapter: nbval, student notebook, page).
 # Both create the virtual environment .venv from the pinned requirements on first use.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -7,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: site html test test-gpu env clean pdf
+.PHONY: site html test test-quick test-chapter test-gpu env clean pdf
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +39,17 @@ pdf: $(STAMP)
 
 test: $(STAMP)
 	PY=$(PY) bash tools/build/test.sh
+
+# The unit and hygiene tests alone (the test command's `unit` stage; ~2.5 min on 2 cores).
+test-quick: $(STAMP)
+	$(PY) -m pytest tests -m "not browser and not build" -q
+
+# One chapter end to end: under nbval, then its student notebook on the (fake) GPU
+# reusing nbval's trainings, beside its page built strictly from nbval's execution
+# (_build/chapter/pages/_build/html); a table of the three at the end.
+test-chapter: $(STAMP)
+	@test -n "$(CHAPTER)" || { echo "usage: make test-chapter CHAPTER=book/part3/alibi" >&2; exit 2; }
+	PY=$(PY) bash tools/build/test.sh --chapter $(CHAPTER)
 
 # On a machine with CUDA: every chapter under nbval on the GPU, in parallel, then the
 # attention benchmark there; writes tools/results/timings/gpu.json and
