@@ -47,8 +47,10 @@ import os
 import pathlib
 import sys
 import time
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where it is used: nbval's own process, which
+    import torch  # only writes RECORD_CELL for each kernel, never loads it
 
 __all__ = [
     "install",
@@ -83,11 +85,15 @@ def context_of(entry: str) -> str:
 
 
 def _tensor_bytes(t: torch.Tensor) -> bytes:
+    import torch
+
     t = t.detach().cpu().contiguous().reshape(-1)
     return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
 
 
 def _update(digest, value) -> None:
+    import torch
+
     if isinstance(value, torch.Tensor):
         digest.update(f"T{value.dtype}{tuple(value.shape)}".encode())
         digest.update(_tensor_bytes(value))
@@ -101,6 +107,8 @@ def _update(digest, value) -> None:
 
 def _computes_on(model: torch.nn.Module) -> str:
     """Where the model's arithmetic happens: the CPU for the fake CUDA device."""
+    import torch
+
     for t in [*model.parameters(), *model.buffers()]:
         fake = t.__dict__.get("_posenc_on_fake_cuda", False)
         return "cpu" if fake else torch._C.TensorBase.device.__get__(t).type
@@ -108,6 +116,8 @@ def _computes_on(model: torch.nn.Module) -> str:
 
 
 def _model_key(model, args: dict, context: str) -> str:
+    import torch
+
     digest = hashlib.sha256(context.encode())
     digest.update(_computes_on(model).encode())
     digest.update(f"{type(model).__module__}.{type(model).__qualname__}".encode())
@@ -135,6 +145,8 @@ def _fingerprint(model: torch.nn.Module) -> list[float]:
     """Each parameter's and gradient's sum and norm (float64): after two steps of
     AdamW the parameters have moved by about the learning rate whatever the gradient,
     so the gradients carry most of what tells two computations apart."""
+    import torch
+
     out = []
     with torch.no_grad():
         for p in model.parameters():
@@ -159,6 +171,8 @@ def _same_fingerprint(a: list[float], b: list[float]) -> bool:
 
 def _signature(batch) -> tuple:
     """Shapes, dtypes and which elements are present: a new one is probed."""
+    import torch
+
     return tuple(
         (tuple(t.shape), str(t.dtype)) if isinstance(t, torch.Tensor) else repr(t)
         for t in batch
@@ -168,6 +182,8 @@ def _signature(batch) -> tuple:
 def _extremes(batch) -> dict[int, tuple[int, int]]:
     """The smallest and largest value of each integer tensor of a batch (tokens,
     targets, positions)."""
+    import torch
+
     out = {}
     for k, t in enumerate(batch):
         if (
@@ -196,6 +212,8 @@ class _Session:
 
     # record: train as it is, save the result
     def record(self, args: dict, call) -> list[float]:
+        import torch
+
         model, batches, steps = args["model"], args["batches"], args["steps"]
         try:
             key = _model_key(model, args, self.context)
@@ -237,6 +255,8 @@ class _Session:
 
     # reuse: the first steps for real, then the record
     def reuse(self, args: dict, call, probe) -> list[float]:
+        import torch
+
         model, batches, steps = args["model"], args["batches"], args["steps"]
         start = time.perf_counter()
         try:
@@ -326,6 +346,8 @@ class _Session:
 def install(mode: str, folder: str | os.PathLike, entry: str, context: str) -> None:
     """Wrap ``pl.train`` (everywhere the library and the course name it) to record
     (``mode="record"``) or reuse (``"reuse"``) trainings in ``folder``."""
+    import torch
+
     import posenc_lib  # noqa: F401  (its module train, shadowed by the function)
 
     train_module = sys.modules["posenc_lib.train"]
