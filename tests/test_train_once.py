@@ -2,7 +2,8 @@
 training nbval recorded, after running its first steps on the device, and the reuse
 cannot hide a tensor on the wrong device: in the training's first steps, at a later
 batch that brings a new shape or a larger position, or after the training; nor can it
-return another training's result (other data, arguments, encoding or random state).
+return another training's result (other data, arguments, encoding or random state, or
+a GPU code path that computes otherwise).
 The last test (``-m build``: the test command's ``train-once`` stage) runs a planted
 notebook as the test command does: under nbval, which records, then as a student
 notebook on the fake GPU, which reuses.
@@ -193,6 +194,32 @@ def test_another_training_is_never_given_the_recorded_result(records, change):
     assert steps.n >= STEPS and outcomes(records)[-1].startswith("trained")
     if change != "another random state":  # these models draw no random numbers
         assert got != losses
+
+
+class GpuPathBug(pl.PositionalEncoding):
+    """A learned linear bias whose GPU code path is wrong (scaled by 1.5): nbval on
+    the CPU never takes it."""
+
+    def __init__(self):
+        super().__init__()
+        self.slope = torch.nn.Parameter(torch.tensor(-0.1))
+
+    def score_bias(self, q, k, q_pos, k_pos):
+        d = (k_pos[:, None, :] - q_pos[:, :, None]).to(q.dtype)  # (b i j)
+        return self.slope * (1.5 if q.device.type == "cuda" else 1.0) * d[:, None]
+
+
+def test_a_gpu_code_path_that_computes_otherwise_is_trained_in_full(records):
+    """The key is the same (same model, data, arguments); the fingerprint after the
+    first steps is not: the training runs in full on the device."""
+    record_training(records, *model_and_batches(pe=GpuPathBug()))
+    model, batches = model_and_batches(pe=GpuPathBug())
+    steps = Steps(model)
+    with fake_cuda():
+        reuse(records, model, batches)
+    assert outcomes(records) == ["trained (another fingerprint)"]
+    assert train_once.read_log(records)[-1]["differs"] > train_once.TOLERANCE
+    assert steps.n == train_once.FIRST_STEPS + STEPS
 
 
 def test_without_a_record_it_trains_in_full(records):
