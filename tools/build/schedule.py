@@ -8,7 +8,7 @@ Each stage is a command and the stages it needs. A stage starts as soon as what 
 needs has passed and a core is free (``--jobs``, default: the cores, ``nproc``); of the
 ready stages, the one with the longest expected path to the end of the run starts
 first (the critical path), by the times the last run logged (``_build/logs/
-stages.json``; without one, ``tools/results/timings/stages.json`` if committed, else
+stages.json``; without one, ``tools/results/stages.json`` if committed, else
 estimates from each chapter's nbval time, ``tools/results/timings/cpu.json``). A stage
 that can use several cores (the browser tests, by pytest-xdist) gets the free ones the
 other ready stages leave. A stage that fails skips the stages that need it; the others
@@ -38,7 +38,7 @@ import xml.etree.ElementTree as ET
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = ROOT / "_build"
 LOGS = BUILD / "logs"
-COMMITTED = ROOT / "tools" / "results" / "timings" / "stages.json"
+COMMITTED = ROOT / "tools" / "results" / "stages.json"  # a copy of a quiet run's log
 CHAPTER_TIMES = ROOT / "tools" / "results" / "timings" / "cpu.json"
 RECORDS = BUILD / "train_once"  # nbval's trainings, for the student run
 STAGE = BUILD / "nbval"  # nbval's executed notebooks, for the cache
