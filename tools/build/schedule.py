@@ -42,7 +42,10 @@ COMMITTED = ROOT / "tools" / "results" / "stages.json"  # a copy of a quiet run'
 CHAPTER_TIMES = ROOT / "tools" / "results" / "timings" / "cpu.json"
 RECORDS = BUILD / "train_once"  # nbval's trainings, for the student run
 STAGE = BUILD / "nbval"  # nbval's executed notebooks, for the cache
-GROUP_SECONDS = 60  # nbval seconds per group of chapters (one pytest start-up each)
+# Chapters go to nbval (and to their student notebooks) in groups, one pytest start-up
+# each: about 1/GROUPS_PER_CORE of a core's share of nbval per group (fewer, longer
+# groups on few cores; a chapter alone on many), at least MIN_GROUP seconds.
+GROUPS_PER_CORE, MIN_GROUP = 4, 20.0
 # Seconds of the stages no run has logged yet (2 cores, a quiet machine), and of a
 # student notebook: a fraction of its chapter's nbval time (its trainings reused).
 ESTIMATES = {
@@ -123,17 +126,18 @@ def expected(times: dict[str, float], key: str) -> float:
     return ESTIMATES.get(kind, 60.0)
 
 
-def groups(entries: list[str], times: dict[str, float]) -> list[list[str]]:
-    """The chapters in book order, in groups of about ``GROUP_SECONDS`` of nbval (one
-    pytest run each: fewer start-ups; a long chapter alone)."""
+def groups(entries: list[str], times: dict[str, float], jobs: int) -> list[list[str]]:
+    """The chapters in book order, in groups of about ``GROUPS_PER_CORE`` per core of
+    expected nbval time (a long chapter alone)."""
+    seconds = {e: expected(times, f"nbval:{e}") for e in entries}
+    size = max(MIN_GROUP, sum(seconds.values()) / (GROUPS_PER_CORE * jobs))
     out, current, total = [], [], 0.0
     for entry in entries:
-        seconds = expected(times, f"nbval:{entry}")
-        if current and total + seconds > GROUP_SECONDS:
+        if current and total + seconds[entry] > size:
             out.append(current)
             current, total = [], 0.0
         current.append(entry)
-        total += seconds
+        total += seconds[entry]
     return out + ([current] if current else [])
 
 
@@ -195,9 +199,9 @@ def unit_tests() -> list[str]:
     return pytest("tests", "-m", "not browser and not build", "-q", "--durations=15")
 
 
-def whole_command(times: dict[str, float]) -> list[Stage]:
+def whole_command(times: dict[str, float], jobs: int) -> list[Stage]:
     stages = []
-    for k, entries in enumerate(groups(chapters(), times)):
+    for k, entries in enumerate(groups(chapters(), times, jobs)):
         name = entries[0].removeprefix("book/") if len(entries) == 1 else f"g{k + 1}"
         stages += [nbval_stage(name, entries), student_stage(name, entries)]
     every_nbval = [s.name for s in stages if s.name.startswith("nbval:")]
@@ -486,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
         logs = out / "logs"
         stages = one_chapter(entry, out, last_times(logs))
     else:
-        stages = whole_command(last_times())
+        stages = whole_command(last_times(), jobs)
 
     def echo(line: str) -> None:
         print(line, flush=True)
