@@ -4,18 +4,20 @@
     python -m tools.build.schedule --chapter book/part3/alibi  # one chapter
     python -m tools.build.schedule --plan [--jobs 4]     # the schedule it expects
 
-Each stage is a command and the stages it needs. A stage starts as soon as what it
-needs has passed and a core is free (``--jobs``, default: the cores, ``nproc``); of the
-ready stages, the one with the longest expected path to the end of the run starts
-first (the critical path), by the times the last run logged (``_build/logs/
-stages.json``; without one, ``tools/results/stages.json`` if committed, else
-estimates from each chapter's nbval time, ``tools/results/timings/cpu.json``). A stage
-that can use several cores (the browser tests, by pytest-xdist) gets the free ones the
-other ready stages leave. A stage that fails skips the stages that need it; the others
-still run, and the command fails. Each stage's output goes to
-``_build/logs/<stage>.log``; at the end a table of the stages (start, seconds, CPU
-seconds, result) is printed and written to ``_build/logs/stages.json`` (the next run's
-expected times) and ``stages.tsv``. On one core the stages run one after another.
+Each stage is a command, the stages it needs and those it comes after. A stage starts
+as soon as what it needs has passed, what it comes after has ended and a core is free
+(``--jobs``, default: the cores, ``nproc``); of the ready stages, the one with the
+longest expected path to the end of the run starts first (the critical path), by the
+times the last run logged (``_build/logs/stages.json``; without one,
+``tools/results/stages.json`` if committed, else estimates from each chapter's nbval
+time, ``tools/results/timings/cpu.json``). A stage that can use several cores (the
+browser tests, by pytest-xdist) gets the free ones the other ready stages leave. A
+stage that fails skips the stages that need it; the others still run (a group's
+student notebooks run after its nbval, passed or not), and the command fails. Each
+stage's output goes to ``_build/logs/<stage>.log``; at the end a table of the stages
+(start, seconds, CPU seconds, result) is printed and written to
+``_build/logs/stages.json`` (the next run's expected times) and ``stages.tsv``. On
+one core the stages run one after another.
 
 The stages of the whole command and what each proves: tools/README.md.
 """
@@ -52,7 +54,8 @@ ESTIMATES = {
     "cache": 5,
     "build": 70,
     "pdf": 125,
-    "browser": 290,
+    "browser:pages": 165,
+    "browser:rest": 135,
     "browser-pdf": 15,
     "unit": 140,
     "train-once": 20,
@@ -67,7 +70,8 @@ STUDENT_FRACTION = 0.5
 class Stage:
     name: str
     command: list[str]
-    needs: list[str] = dataclasses.field(default_factory=list)
+    needs: list[str] = dataclasses.field(default_factory=list)  # must have passed
+    after: list[str] = dataclasses.field(default_factory=list)  # must have ended
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     chapters: list[str] = dataclasses.field(default_factory=list)
     split: int = 1  # the most cores it can use: pytest-xdist's workers (-n)
@@ -123,7 +127,7 @@ def expected(times: dict[str, float], key: str) -> float:
     if kind in ("nbval", "student") and entry.startswith("book/"):
         chapter = json.loads(CHAPTER_TIMES.read_text())["seconds"].get(entry, 20.0)
         return chapter * (STUDENT_FRACTION if kind == "student" else 1.0)
-    return ESTIMATES.get(kind, 60.0)
+    return ESTIMATES.get(key, ESTIMATES.get(kind, 60.0))
 
 
 def groups(entries: list[str], times: dict[str, float], jobs: int) -> list[list[str]]:
@@ -188,10 +192,13 @@ def student_stage(
             "-k",
             ids,
         ),  # fmt: skip
-        needs=[f"nbval:{name}"],
+        after=[f"nbval:{name}"],  # its recorded trainings; it runs if nbval failed
         env={"POSENC_TRAIN_ONCE": str(records)},
         chapters=entries,
     )
+
+
+BROWSER = ("-q", "-rs", "--durations=10")
 
 
 def unit_tests() -> list[str]:
@@ -231,24 +238,32 @@ def whole_command(times: dict[str, float], jobs: int) -> list[Stage]:
             env={"POSENC_EXPECT_CACHED": "1"},
         ),
         Stage("pdf", ["bash", "-c", pdf], needs=["build"]),
+        # the site in Chromium, but for the PDF it serves: every page at two widths
+        # (tests/test_site.py), beside the other browser tests
         Stage(
-            "browser",  # the site in Chromium, but for the PDF it serves
+            "browser:pages",
+            pytest(*BROWSER, "tests/test_site.py", "-m", "browser and not pdf"),
+            needs=["build"],
+            split=2,
+        ),
+        Stage(
+            "browser:rest",
             pytest(
+                *BROWSER,
                 "tests",
+                "--ignore=tests/test_site.py",
                 "-m",
                 "browser and not pdf",
-                "-q",
-                "-rs",
-                "--durations=15",
             ),  # fmt: skip
             needs=["build"],
-            split=4,
+            split=2,
         ),
         Stage(
             "browser-pdf",  # the PDF the site serves (after the other browser tests:
             # its link check adds a probe page to the site for a moment)
-            pytest("tests", "-m", "browser and pdf", "-q", "-rs"),
-            needs=["pdf", "browser"],
+            pytest(*BROWSER, "tests", "-m", "browser and pdf"),
+            needs=["pdf"],
+            after=["browser:pages", "browser:rest"],
         ),
         Stage("unit", unit_tests()),
         Stage(
@@ -274,7 +289,8 @@ def one_chapter(entry: str, out: pathlib.Path, times: dict[str, float]) -> list[
     commit += ["--cache", str(pages / ".jupyter_cache")]
     page = [python(), "-m", "tools.build.pages", f"{entry}.ipynb", "--out", str(pages)]
     both = shlex.join(commit) + " && " + shlex.join(page)
-    stages = [nbval, student, Stage("page", ["bash", "-c", both], needs=[nbval.name])]
+    page = Stage("page", ["bash", "-c", both], needs=[nbval.name])
+    stages = [nbval, student, page]
     return estimated(stages, times)
 
 
@@ -296,7 +312,7 @@ def priorities(stages: list[Stage]) -> dict[str, float]:
     stages that need it."""
     after: dict[str, list[str]] = {s.name: [] for s in stages}
     for s in stages:
-        for need in s.needs:
+        for need in s.needs + s.after:
             after[need].append(s.name)
     by_name = {s.name: s for s in stages}
     memo: dict[str, float] = {}
@@ -311,28 +327,45 @@ def priorities(stages: list[Stage]) -> dict[str, float]:
     return {s.name: path(s.name) for s in stages}
 
 
-def to_start(stages: list[Stage], done: set[str], free: int, rank) -> list[Stage]:
-    """The stages to start now, with their cores set: the ready ones by rank while
-    cores are free; a stage that can split takes the free cores the other ready
-    stages leave."""
+def to_start(
+    stages: list[Stage], passed: set[str], ended: set[str], free: int, rank
+) -> list[Stage]:
+    """The stages to start now, with their cores set: the ready ones (what they need
+    passed, what they come after ended) by rank while cores are free; a stage that
+    can split takes the free cores the other ready stages leave."""
     ready = sorted(
-        (s for s in stages if s.status == "waiting" and set(s.needs) <= done),
+        (
+            s
+            for s in stages
+            if s.status == "waiting"
+            and set(s.needs) <= passed
+            and set(s.after) <= ended
+        ),
         key=lambda s: -rank[s.name],
     )
     out = []
     for k, stage in enumerate(ready):
         if free < 1:
             break
-        others = len(ready) - k - 1
-        stage.cores = max(1, min(stage.split, free - others))
-        free -= stage.cores
+        # as many cores as it can use, but one for each other ready stage whose path
+        # to the end is longer than this stage will take on them
+        cores = min(stage.split, free)
+        while cores > 1:
+            longer = [
+                o for o in ready[k + 1 :] if rank[o.name] > duration(stage, cores)
+            ]
+            if len(longer) <= free - cores:
+                break
+            cores -= 1
+        stage.cores = cores
+        free -= cores
         out.append(stage)
     return out
 
 
-def duration(stage: Stage) -> float:
+def duration(stage: Stage, cores: int | None = None) -> float:
     """Expected seconds on its cores (pytest-xdist keeps some of the work serial)."""
-    return stage.estimate * (0.15 + 0.85 / stage.cores)
+    return stage.estimate * (0.15 + 0.85 / (cores or stage.cores))
 
 
 def simulate(stages: list[Stage], jobs: int) -> list[tuple[Stage, float, float]]:
@@ -344,7 +377,7 @@ def simulate(stages: list[Stage], jobs: int) -> list[tuple[Stage, float, float]]
     by_name = {s.name: s for s in stages}
     while True:
         busy = sum(by_name[n].cores for _, n in running)
-        for stage in to_start(stages, done, jobs - busy, rank):
+        for stage in to_start(stages, done, done, jobs - busy, rank):
             stage.status = "running"
             running.append((now + duration(stage), stage.name))
             plan.append((stage, now, now + duration(stage)))
@@ -363,7 +396,7 @@ def run(stages: list[Stage], jobs: int, logs: pathlib.Path, echo) -> None:
     status, cores, start, seconds and CPU seconds."""
     rank = priorities(stages)
     logs.mkdir(parents=True, exist_ok=True)
-    running: dict[int, tuple[Stage, object]] = {}
+    running: dict[int, tuple[Stage, object, subprocess.Popen]] = {}
     t0 = time.time()
     while True:
         for stage in stages:  # what a failure upstream rules out
@@ -372,16 +405,17 @@ def run(stages: list[Stage], jobs: int, logs: pathlib.Path, echo) -> None:
             if stage.status == "waiting" and failed:
                 stage.status = "skipped"
                 echo(f"   {stage.name}: skipped ({failed[0].name} did not pass)")
-        done = {s.name for s in stages if s.status == "passed"}
-        busy = sum(s.cores for s, _ in running.values())
-        for stage in to_start(stages, done, jobs - busy, rank):
+        passed = {s.name for s in stages if s.status == "passed"}
+        ended = {s.name for s in stages if s.status in ("passed", "failed", "skipped")}
+        busy = sum(s.cores for s, _, _ in running.values())
+        for stage in to_start(stages, passed, ended, jobs - busy, rank):
             log = open(logs / f"{log_name(stage.name)}.log", "w")
             env = {**os.environ, **stage.env, "PYTHONUNBUFFERED": "1"}
             proc = subprocess.Popen(
                 stage.argv(), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
             )
             stage.status, stage.start = "running", time.time() - t0
-            running[proc.pid] = (stage, log)
+            running[proc.pid] = (stage, log, proc)  # kept: subprocess would reap it
             cores = f", {stage.cores} cores" if stage.cores > 1 else ""
             echo(f"-> {stage.start:5.0f} s  {stage.name}{cores}")
         if not running:
@@ -389,11 +423,12 @@ def run(stages: list[Stage], jobs: int, logs: pathlib.Path, echo) -> None:
         pid, status, usage = os.wait4(-1, 0)
         if pid not in running:
             continue
-        stage, log = running.pop(pid)
+        stage, log, proc = running.pop(pid)
+        proc.returncode = os.waitstatus_to_exitcode(status)
         log.close()
         stage.seconds = time.time() - t0 - stage.start
         stage.cpu = usage.ru_utime + usage.ru_stime
-        passed = os.waitstatus_to_exitcode(status) == 0
+        passed = proc.returncode == 0
         stage.status = "passed" if passed else "failed"
         echo(f"<- {time.time() - t0:5.0f} s  {stage.name}: {stage.status}")
         if not passed:

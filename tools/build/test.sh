@@ -11,8 +11,9 @@
 #   cache            the staged notebooks into the site's execution cache (after all)
 #   build            the strict site build from that cache (it executes nothing)
 #   pdf              the book as one PDF, from the same cache       (after build)
-#   browser          the site in headless Chromium                  (after build)
-#   browser-pdf      the PDF the site serves                        (after both)
+#   browser:pages    every page in headless Chromium, at two widths (after build)
+#   browser:rest     the other browser tests: slides, figures, ...  (after build)
+#   browser-pdf      the PDF the site serves                  (after pdf and browser)
 #   unit             unit and hygiene tests (make test-quick)
 #   train-once       the reuse of trainings hides no tensor on the wrong device
 #   installs         fresh installs: the library alone, then with the course extra
