@@ -40,7 +40,8 @@ pdf: $(STAMP)
 test: $(STAMP)
 	PY=$(PY) bash tools/build/test.sh
 
-# The unit and hygiene tests alone (the test command's `unit` stage; ~2.5 min on 2 cores).
+# The unit and hygiene tests alone (the test command's `unit` stage): about a minute on
+# 2 cores, four when torch compiles its kernels afresh (its cache: /tmp/torchinductor_*).
 test-quick: $(STAMP)
 	$(PY) -m pytest tests -m "not browser and not build" -q
 
