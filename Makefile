@@ -1,5 +1,6 @@
 # Two commands (see README):  make site   builds the website and its PDF;  make test   runs
-# every test.
+# every test. Quick loops (CONTRIBUTING.md): make test-quick (unit and hygiene tests),
+# make test-chapter CHAPTER=book/part3/alibi (one chapter: nbval, student notebook, page).
 # Both create the virtual environment .venv from the pinned requirements on first use.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -7,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: site html test test-gpu env clean pdf
+.PHONY: site html test test-quick test-chapter test-gpu env clean pdf
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +39,18 @@ pdf: $(STAMP)
 
 test: $(STAMP)
 	PY=$(PY) bash tools/build/test.sh
+
+# The unit and hygiene tests alone (the test command's `unit` stage): about a minute on
+# 2 cores, four when torch compiles its kernels afresh (its cache: /tmp/torchinductor_*).
+test-quick: $(STAMP)
+	$(PY) -m pytest tests -m "not browser and not build" -q
+
+# One chapter end to end: under nbval, then its student notebook on the (fake) GPU
+# reusing nbval's trainings, beside its page built strictly from nbval's execution
+# (_build/chapter/pages/_build/html); a table of the three at the end.
+test-chapter: $(STAMP)
+	@test -n "$(CHAPTER)" || { echo "usage: make test-chapter CHAPTER=book/part3/alibi" >&2; exit 2; }
+	PY=$(PY) bash tools/build/test.sh --chapter $(CHAPTER)
 
 # On a machine with CUDA, in one command of at most BUDGET_S seconds (9 minutes): every
 # chapter under nbval on the GPU, several at a time, the CUDA half of the device,

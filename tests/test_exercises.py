@@ -75,12 +75,29 @@ def test_the_chapter_has_the_exercise_its_solution_and_its_check(label):
     )
 
 
+def on_the_gpu():
+    """A real CUDA device where there is one, else the fake one (as the student
+    notebooks run)."""
+    if torch.cuda.is_available():
+        return contextlib.nullcontext()
+    from tools.testing.fake_cuda import fake_cuda
+
+    return fake_cuda()
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
 @pytest.mark.parametrize("label", sorted(CHECKS))
-def test_planted_wrong_answers_get_their_own_message(label):
+def test_planted_wrong_answers_get_their_own_message(label, device):
+    """Every planted answer of every registered check is judged wrong, with its own
+    message, on the CPU and on a GPU (real, else the fake device). Until issue 44 the
+    student notebooks' kernels fed the same answers (``CHECKS[label].planted``, for
+    the labels of their check cells: registered ones, see the test above) to
+    ``verify`` on the GPU after each check cell; this is that test, once."""
     planted = CHECKS[label].planted
     assert len(planted) >= 2, f"{label}: plant at least two wrong answers"
     for answer, says in planted:
-        result = verify(label, answer)
+        with on_the_gpu() if device == "gpu" else contextlib.nullcontext():
+            result = verify(label, answer)
         assert isinstance(result, Result) and not result.passed, (
             f"{label}: a planted wrong answer passed ({says!r})"
         )

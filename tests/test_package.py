@@ -196,9 +196,10 @@ def test_fresh_installs_the_library_alone_and_with_the_course(tmp_path):
     venv.create(env, with_pip=True)
     python = str(env / "bin" / "python")
 
-    def pip(*args):
+    def pip(*args):  # no .pyc written ahead (a third of torch's install time): the
+        # imports below compile what they import, as a reader's first import does
         done = subprocess.run(
-            [python, "-m", "pip", "install", "-q", *args],
+            [python, "-m", "pip", "install", "-q", "--no-compile", *args],
             capture_output=True, text=True, cwd=source,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]

@@ -269,6 +269,7 @@ def test_the_student_edition_downloads_from_the_teaching_guide(open_page):
     assert response.body()[:2] == b"PK", f"{url} is not a zip archive"
 
 
+@pytest.mark.pdf  # the test command runs it after the PDF stage
 def test_the_pdf_downloads_from_the_intro(open_page):
     page = open_page("book/intro.html")
     link = page.locator("a[href$='positional-encoding-course.pdf']")

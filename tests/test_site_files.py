@@ -9,9 +9,10 @@ somewhere, and no output shows the build machine's paths.
 - No executed notebook's output, and no page, holds the absolute path of the
   repository the site was built from or names a file under ``/tmp/``.
 
-Marked ``browser``: it reads the site the browser stage of the test command opens
-(after the PDF stage), and like the browser tests it skips with a message on a
-reader's machine without a built site and fails under CI.
+Marked ``browser``: it reads the site the browser stage of the test command opens,
+and like the browser tests it skips with a message on a reader's machine without a
+built site and fails under CI; and ``pdf``: the test command runs it after the PDF
+stage, alone (its link check's probe page is briefly part of the site).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import pytest
 
 from tests.browser import HTML, IN_CI, ROOT
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.pdf]
 
 PDF_NAME = "positional-encoding-course.pdf"
 EXECUTED = HTML.parent / "jupyter_execute"

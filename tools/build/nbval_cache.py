@@ -23,6 +23,15 @@ the end (one writer for jupyter-cache's database).
 The record of each notebook keeps its execution time (the seconds of its cells, kernel
 start included), as myst-nb's own execution does, so ``tools/measure/time_notebooks``
 reads it back.
+
+The test command (``tools/build/schedule.py``) runs several nbval sessions at once, a
+few chapters each: with ``POSENC_NBVAL_STAGE=FOLDER`` a session only stages, in
+``FOLDER`` (not emptied; the cache is not touched), and ``python -m
+tools.build.nbval_cache --commit FOLDER`` then writes every staged notebook into the
+cache, one writer at the end.
+With ``POSENC_TRAIN_ONCE=FOLDER`` each kernel first runs
+``tools/testing/train_once.RECORD_CELL``: every ``pl.train`` of the chapter is saved
+there for its student edition's run (see that module).
 """
 
 from __future__ import annotations
@@ -39,6 +48,8 @@ import pytest
 from tools.build import site
 
 STAGE = site.BUILD / "nbval"
+STAGE_ONLY = "POSENC_NBVAL_STAGE"  # a folder: stage there, leave the cache to --commit
+TRAIN_ONCE = "POSENC_TRAIN_ONCE"  # a folder: record each training there
 
 
 def _is_cell(item) -> bool:
@@ -76,8 +87,11 @@ class NotebookRecorder:
         for number, cell in enumerate(code):
             cell.outputs = [nbformat.from_dict(o) for o in run["cells"][number]]
             cell.execution_count = number + 1
-        rel = path.resolve().relative_to(site.ROOT)
-        out = STAGE / rel
+        try:
+            rel = path.resolve().relative_to(site.ROOT)
+        except ValueError:  # a notebook outside the repository (a test's)
+            rel = pathlib.Path(path.name)
+        out = _stage() / rel
         out.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, out)
         out.with_suffix(".json").write_text(
@@ -95,17 +109,63 @@ def _execute_as_a_notebook_does(self, cell_input, allow_stdin=None):
     )
 
 
+def _record_trainings(folder: str):
+    """nbval's ``IPyNbFile.setup`` (which starts the kernel), then the kernel records
+    each training of the chapter in ``folder`` (tools/testing/train_once.py)."""
+    from nbval.plugin import IPyNbFile
+
+    from tools.testing import train_once
+
+    start_kernel = IPyNbFile.setup
+
+    def setup(self):
+        start_kernel(self)
+        path = pathlib.Path(str(self.path)).resolve()
+        try:
+            entry = path.relative_to(site.ROOT).with_suffix("").as_posix()
+        except ValueError:  # a notebook outside the repository (a test's)
+            entry = path.with_suffix("").as_posix()
+        cell = train_once.RECORD_CELL.format(
+            root=str(site.ROOT),
+            folder=str(pathlib.Path(folder).resolve()),
+            entry=entry,
+            context=train_once.context_of(entry),
+        )
+        kernel = self.kernel
+        msg_id = kernel.kc.execute(cell, store_history=False, stop_on_error=False)
+        while True:  # its messages, until the kernel is idle again
+            msg = kernel.get_message(stream="iopub", timeout=120)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "error":
+                raise RuntimeError(
+                    "the training recorder failed in the kernel:\n"
+                    + "\n".join(msg["content"]["traceback"])
+                )
+            if (
+                msg["msg_type"] == "status"
+                and msg["content"]["execution_state"] == "idle"
+            ):
+                break
+
+    IPyNbFile.setup = setup
+
+
 def pytest_configure(config):
     if not config.getoption("nbval_lax", False):
         return
     from nbval.kernel import RunningKernel
 
     RunningKernel.execute_cell_input = _execute_as_a_notebook_does
+    if os.environ.get(TRAIN_ONCE):
+        _record_trainings(os.environ[TRAIN_ONCE])
     config._posenc_recorder = NotebookRecorder()
     # the site shows these outputs: a check under a hidden solution prints a neutral
     # verdict (posenc_lib.exercises.check); the kernels inherit this environment
     os.environ["POSENC_BOOK_BUILD"] = "1"
-    if _controller(config):
+    if _controller(config) and os.environ.get(STAGE_ONLY):
+        _stage().mkdir(parents=True, exist_ok=True)
+    elif _controller(config):
         shutil.rmtree(STAGE, ignore_errors=True)
         STAGE.mkdir(parents=True, exist_ok=True)
         current = site.library_hash()
@@ -136,16 +196,24 @@ def pytest_runtest_protocol(item, nextitem):
         recorder.finish(item.parent)
 
 
-def pytest_sessionfinish(session, exitstatus):
-    config = session.config
-    if getattr(config, "_posenc_recorder", None) is None or not _controller(config):
-        return
+def _stage() -> pathlib.Path:
+    return pathlib.Path(os.environ.get(STAGE_ONLY) or STAGE)
+
+
+def commit(stage: pathlib.Path = STAGE, into: pathlib.Path | None = None) -> int:
+    """Write every notebook staged in ``stage`` into the site's execution cache
+    (emptied first if it holds another state of the library), or into the cache
+    ``into`` (a page preview's: ``tools/build/pages.py``); how many."""
     from jupyter_cache import get_cache
     from jupyter_cache.base import CacheBundleIn
 
-    cache = get_cache(str(site.CACHE))
+    current = site.library_hash()
+    if into is None and site.stamp_of(site.CACHE_STAMP) != current:
+        shutil.rmtree(site.CACHE, ignore_errors=True)
+        site.CACHE_STAMP.unlink(missing_ok=True)
+    cache = get_cache(str(into or site.CACHE))
     cached = 0
-    for staged in sorted(STAGE.rglob("*.ipynb")):
+    for staged in sorted(stage.rglob("*.ipynb")):
         info = json.loads(staged.with_suffix(".json").read_text())
         nb = nbformat.read(staged, as_version=4)
         cache.cache_notebook_bundle(
@@ -154,10 +222,36 @@ def pytest_sessionfinish(session, exitstatus):
             overwrite=True,
         )
         cached += 1
-    site.CACHE_STAMP.write_text(site.library_hash())
+    if into is None:
+        site.CACHE_STAMP.write_text(current)
+    return cached
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if getattr(config, "_posenc_recorder", None) is None or not _controller(config):
+        return
+    if os.environ.get(STAGE_ONLY):
+        return  # python -m tools.build.nbval_cache --commit, once every session is done
+    cached = commit()
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write_line(
             f"nbval_cache: {cached} executed notebook(s) written to {site.CACHE} "
             f"for the site build"
         )
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        description="Write the notebooks staged by nbval sessions (POSENC_NBVAL_STAGE) "
+        "into the site's execution cache."
+    )
+    parser.add_argument("--commit", required=True, metavar="FOLDER", help="the stage")
+    parser.add_argument("--cache", help="another cache (a page preview's)")
+    args = parser.parse_args()
+    into = pathlib.Path(args.cache) if args.cache else None
+    cached = commit(pathlib.Path(args.commit), into)
+    print(f"nbval_cache: {cached} executed notebook(s) written to {into or site.CACHE}")

@@ -1,0 +1,99 @@
+"""The test command's scheduler (tools/build/schedule.py): every stage of the command
+is planned, each after what it needs, on any number of cores; a failed stage skips
+what needs it and nothing else; the stage times are logged for the next run."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from tools import toc
+from tools.build import schedule
+
+
+def stages(jobs: int) -> list[schedule.Stage]:
+    return schedule.whole_command({}, jobs)
+
+
+@pytest.mark.parametrize("jobs", [1, 2, 4, 16])
+def test_every_chapter_and_stage_is_planned_after_what_it_needs(jobs):
+    plan = {
+        s.name: (begin, end) for s, begin, end in schedule.simulate(stages(jobs), jobs)
+    }
+    every = stages(jobs)
+    assert set(plan) == {s.name for s in every}
+    chapters = [e for s in every if s.name.startswith("nbval:") for e in s.chapters]
+    assert chapters == list(toc.notebook_entries())  # each once, in book order
+    students = [e for s in every if s.name.startswith("student:") for e in s.chapters]
+    assert students == chapters
+    for stage in every:
+        for need in stage.needs + stage.after:
+            assert plan[stage.name][0] >= plan[need][1], (stage.name, need)
+    assert {"cache", "build", "pdf", "browser:pages", "browser:rest", "browser-pdf",
+            "unit", "train-once", "installs", "recipe"} <= set(plan)  # fmt: skip
+    ends = [end for _, end in plan.values()]
+    busy = sum(end - begin for begin, end in plan.values())
+    if jobs == 1:
+        assert max(ends) == pytest.approx(busy)  # one after another
+    else:  # the cores kept busy, or the longest chain of stages the limit
+        chain = max(schedule.priorities(every).values())
+        assert max(ends) < 1.2 * max(busy / jobs, chain)
+
+
+def test_more_cores_never_plan_a_longer_run():
+    ends = [max(e for _, _, e in schedule.simulate(stages(j), j)) for j in (1, 2, 4, 8)]
+    assert ends == sorted(ends, reverse=True)
+
+
+def run(tmp_path, plan: list[schedule.Stage], jobs: int = 2) -> list[str]:
+    said = []
+    schedule.run(plan, jobs, tmp_path, said.append)
+    schedule.report(plan, jobs, 1.0, tmp_path, said.append)
+    return said
+
+
+def py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_a_failed_stage_skips_what_needs_it_and_nothing_else(tmp_path):
+    plan = [
+        schedule.Stage("a", py("import sys; print('a says'); sys.exit(3)")),
+        schedule.Stage("b", py("pass"), needs=["a"]),
+        schedule.Stage("c", py("pass"), after=["a"]),
+        schedule.Stage("d", py("pass")),
+    ]
+    said = "\n".join(run(tmp_path, plan))
+    assert [s.status for s in plan] == ["failed", "skipped", "passed", "passed"]
+    assert "a says" in said  # the failed stage's output is shown
+    assert (tmp_path / "a.log").read_text().strip() == "a says"
+
+
+def test_the_stage_times_are_logged_for_the_next_run(tmp_path):
+    plan = [
+        schedule.Stage("nbval:g1", py("import time; time.sleep(0.2)")),
+        schedule.Stage("cache", py("pass"), needs=["nbval:g1"]),
+    ]
+    said = run(tmp_path, plan, jobs=1)
+    log = json.loads((tmp_path / "stages.json").read_text())
+    assert [r["stage"] for r in log["stages"]] == ["nbval:g1", "cache"]
+    assert log["expected"]["nbval:g1"] >= 0.2
+    assert all(r["status"] == "passed" and r["cpu"] is not None for r in log["stages"])
+    assert (tmp_path / "stages.tsv").read_text().splitlines()[0].startswith("stage\t")
+    assert any(line.lstrip().startswith("nbval:g1") for line in said)  # the table
+    assert schedule.last_times(tmp_path)["nbval:g1"] == log["expected"]["nbval:g1"]
+
+
+def test_a_stage_that_can_split_takes_the_cores_the_others_leave():
+    plan = [
+        schedule.Stage("browser", ["x"], split=4),
+        schedule.Stage("pdf", ["x"]),
+    ]
+    for stage in plan:
+        stage.estimate = 100.0
+    rank = schedule.priorities(plan)
+    started = schedule.to_start(plan, set(), set(), 4, rank)
+    assert {s.name: s.cores for s in started} == {"browser": 3, "pdf": 1}
+    assert plan[0].argv()[-4:] == ["-n", "3", "--dist", "load"]
