@@ -22,7 +22,8 @@ Shape letters: b batch, h heads, i/j query/key positions, n length, d head dim.
   checkpoints).
 * ``fope_inv_freq``, ``fope_cos_sin``: FoPE as Intern-S1-Pro ships it (the checkpoint's
   remote code, ``InternS1ProMoeTextFourierEmbedding``): the frequencies it keeps and
-  the cos and sin it mixes from them.
+  the cos and sin it mixes from them; defined in the library
+  (``posenc_lib.encodings.fope``, the encoding ``"fope"``) and importable from here.
 * ``decay_recurrence``: a linear-attention layer with a scalar decay, run as a
   recurrence (how Mamba-2 / gated DeltaNet style layers carry order without any
   positional encoding).
@@ -34,7 +35,8 @@ import math
 
 import torch
 
-# FoPE lives in the library (one implementation; the names stay here too)
+# FoPE lives in the library (one implementation): its two functions stay importable
+# from here, documented with the library (pl.fope_inv_freq, pl.fope_cos_sin)
 from ..encodings.fope import fope_cos_sin, fope_inv_freq  # noqa: F401
 
 __all__ = [
@@ -45,8 +47,6 @@ __all__ = [
     "smollm3_layers",
     "ssmax_weights",
     "dca_offsets",
-    "fope_inv_freq",
-    "fope_cos_sin",
     "decay_recurrence",
 ]
 

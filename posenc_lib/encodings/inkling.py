@@ -1,5 +1,5 @@
-"""Inkling's relative logits (Thinking Machines, 2026): a bias of the distance that
-each query writes from its own content. No RoPE, no position in q or k.
+"""Inkling's relative logits: a bias of the distance that each query writes from its
+own content, in Thinking Machines' Inkling models. No RoPE, no position in q or k.
 
 A layer keeps a learned bank of ``d_rel`` bias-versus-distance profiles, ``P``
 ``(d_rel, E)``, shared by its heads, over the backward distances ``0 .. E - 1``. Each
