@@ -125,8 +125,9 @@ def main():
             "gqa": case(cls, 0, heads=4, kv_heads=2, sep_head=True),
             "per_head": case(cls, 1, heads=2, kv_heads=2, sep_head=True),
             "shared": case(cls, 2, heads=2, kv_heads=2, sep_head=False),
-            "first_five": case(cls, 3, heads=2, kv_heads=2, sep_head=True,
-                               num_inv_freq=5),  # fmt: skip
+            "first_five": case(
+                cls, 3, heads=2, kv_heads=2, sep_head=True, num_inv_freq=5
+            ),  # fmt: skip
         },
     }
     OUT.write_text(json.dumps(doc) + "\n")

@@ -65,9 +65,11 @@ def main():
     for n, block in enumerate(model.layers):
         attn = block.self_attn
         attn.register_forward_pre_hook(
-            lambda m, args, kwargs, n=n: seen.setdefault(n, {})
-            .setdefault("x", [])
-            .append(kwargs.get("hidden_states", args[0] if args else None)),
+            lambda m, args, kwargs, n=n: (
+                seen.setdefault(n, {})
+                .setdefault("x", [])
+                .append(kwargs.get("hidden_states", args[0] if args else None))
+            ),
             with_kwargs=True,
         )
         attn.rel_logits_proj.register_forward_hook(

@@ -44,7 +44,6 @@ def f32(x: torch.Tensor) -> list:
     return short(x.detach().float().tolist())
 
 
-
 def case(rope_parameters: dict | None, seed: int) -> dict:
     kw = {} if rope_parameters is None else {"rope_parameters": rope_parameters}
     cfg = MistralLarge4TextConfig(qk_rope_head_dim=16, num_attention_heads=3, **kw)

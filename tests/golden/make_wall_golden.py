@@ -41,6 +41,7 @@ def f32(x: torch.Tensor) -> list:
 
     return short(x.detach().float().tolist())
 
+
 # name, batch, length, heads, head dim, gate bias (8: fla's init, near plain attention)
 CASES = [
     ("init", 2, 9, 2, 4, 8.0),
