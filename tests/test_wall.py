@@ -170,6 +170,8 @@ def test_bad_arguments_are_refused_by_name():
         wall_scores(q, k, log_g[..., :2])
     with pytest.raises(ValueError, match="divisible"):
         WallAttention(10, 4)
+    with pytest.raises(ValueError, match="gate_init_bias"):
+        WallAttention(8, 2, gate_init_bias=float("inf"))
     pe = WallAttention(8, 2).double()
     with pytest.raises(ValueError, match="reads ctx.x"):
         pl.attention(q, k, v, pe, causal=True)

@@ -30,8 +30,9 @@ encoding. Golden vectors: ``tests/golden/make_wall_golden.py``.
 **Hooks.** ``transform_scores`` adds the decay's correction to the scaled scores,
 ``scale sum_n q_in k_jn (exp(G_in - G_jn) - 1)``, and ``-inf`` for a later key: the
 reference, ``O(n^2 d)`` memory. It cannot be a ``transform_qk``: ``q_i exp(G_i - c)``
-and ``k_j exp(c - G_j)`` over- and underflow once ``G`` spans more than ~88 nats (a
-thousand tokens that each keep half of a channel), whatever ``c``.
+and ``k_j exp(c - G_j)`` overflow float32 once ``G`` spans more than ~176 nats (88 on
+either side of the best centre ``c``: a few hundred tokens that each keep half of a
+channel).
 
 **The stable form** (``causal_attention``, the fused backend's, for causal calls in
 token order): blocks of ``BLOCK`` queries, re-anchored on the block's first query
@@ -200,6 +201,14 @@ class WallAttention(PositionalEncoding):
         self.n_heads = check_positive_int(n_heads, "n_heads")
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads")
+        if (
+            isinstance(gate_init_bias, bool)
+            or not isinstance(gate_init_bias, (int, float))
+            or not math.isfinite(gate_init_bias)
+        ):
+            raise ValueError(
+                f"gate_init_bias must be a finite number, got {gate_init_bias!r}"
+            )
         self.gate = nn.Linear(d_model, d_model, bias=True)  # W_g, b_g
         nn.init.constant_(self.gate.bias, float(gate_init_bias))
 
