@@ -85,6 +85,16 @@ def test_the_padding_of_the_dropped_pairs(pad_sin, factor):
     assert_close((q2 * k2).sum(-1), factor * (q * k).sum(-1))
 
 
+def test_a_window_too_short_for_any_turn_keeps_no_frequency():
+    """max_len <= 2 pi: no period fits, every pair is dropped; with vLLM's padding
+    nothing is rotated (the sources compute the same: an empty table, padded)."""
+    pe = FourierRotary(16, 2, max_len=4).double()
+    assert pe.inv_freq.numel() == 0
+    q, k = qk()
+    pos = torch.arange(7)[None] * 3
+    assert_close(pe.transform_qk(q, k, pos, pos), (q, k))
+
+
 def test_a_cached_model_decodes_as_its_full_forward():
     torch.manual_seed(0)
     model = pl.TinyTransformer(11, 32, 2, 2, pl.make_encoding("fope", 32, 2, 64))
@@ -155,8 +165,6 @@ def test_the_future_chapters_helpers_are_these():
 def test_bad_arguments_are_refused_by_name():
     with pytest.raises(ValueError, match="pad_sin"):
         FourierRotary(16, 2, 64, pad_sin=0.5)
-    with pytest.raises(ValueError, match="keep none"):
-        FourierRotary(16, 2, 4)  # no period below 4 tokens
     with pytest.raises(ValueError, match="max_len"):
         FourierRotary(16, 2, 0)
     with pytest.raises(ValueError, match="base"):

@@ -146,12 +146,9 @@ class FourierRotary(KeepsFrequencies, PositionalEncoding):
             )
         if not isinstance(init_factor, (int, float)) or not init_factor >= 0:
             raise ValueError(f"init_factor must be a number >= 0, got {init_factor!r}")
+        # max_len <= 2 pi keeps no frequency: every channel is padded (pad_sin 0:
+        # no rotation at all: what the sources' formulas give for an empty table)
         inv_freq = fope_inv_freq(d_head, float(base), max_len, num_inv_freq)
-        if inv_freq.numel() == 0:
-            raise ValueError(
-                f"no frequency of base {base:g} and d_head {d_head} turns within "
-                f"max_len = {max_len} tokens: FoPE would keep none"
-            )
         self.d_head, self.max_len, self.base = d_head, max_len, float(base)
         self.sep_head, self.pad_sin = bool(sep_head), float(pad_sin)
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (k,) float64
@@ -159,9 +156,10 @@ class FourierRotary(KeepsFrequencies, PositionalEncoding):
         shape = (n_heads, k, k) if sep_head else (k, k)
         coef = []
         for _ in range(2):  # sin, then cos, as both sources
-            c = torch.empty(shape)
-            nn.init.xavier_normal_(c, gain=init_factor)  # the sources' fans
-            coef.append((c + torch.eye(k)).reshape(-1, k, k))  # (h|1, k, k)
+            c = torch.zeros(shape)
+            if k:  # the sources' fans (a tensor of no element has none)
+                nn.init.xavier_normal_(c, gain=init_factor)
+            coef.append((c + torch.eye(k)).reshape(shape[0] if sep_head else 1, k, k))
         self.sin_coef, self.cos_coef = (nn.Parameter(c) for c in coef)
 
     def cos_sin(self, pos: torch.Tensor, dtype: torch.dtype):
