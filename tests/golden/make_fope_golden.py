@@ -9,10 +9,12 @@ verbatim on a small ``nn.Module`` that holds the attributes they read (the ones
 ``RotaryEmbedding.__init__`` and ``FourierRotaryEmbedding.__init__`` set: head_size,
 rotary_dim = head_size, max_position_embeddings, base, dtype, num_key_value_heads,
 num_inv_freq, fope_sep_head, the buffers and the two coefficient matrices), with
-``rotate_neox`` copied from ``rotary_embedding/common.py`` (commit 002d181a5). The
-coefficients are drawn as Intern-S1-Pro's remote code initialises them,
-``xavier_normal_(gain=0.5)`` plus the identity (vLLM's are loaded from the checkpoint).
-Made with torch 2.13.0 (CPU), in /work/ref:
+``rotate_neox`` (``rotary_embedding/common.py``, commit 002d181a5: ``cat((-x2,
+x1))`` of the two halves) supplied by transformers 5.24's identical ``rotate_half``
+(``models/llama/modeling_llama.py``). The coefficients are drawn as Intern-S1-Pro's
+remote code initialises them, ``xavier_normal_(gain=0.5)`` plus the identity (vLLM's
+are loaded from the checkpoint).
+Made with transformers 5.24.0 and torch 2.13.0 (CPU), in /work/ref:
 
     /work/ref/bin/python tests/golden/make_fope_golden.py --vllm-fope fope.py
 
@@ -33,16 +35,11 @@ import textwrap
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.models.llama.modeling_llama import rotate_half as rotate_neox
 
 OUT = pathlib.Path(__file__).with_name("fope_vllm.json")
 COMMIT = "151a2c744af6eb59678be10f3cc13a6eb0a138e3"
 METHODS = {"_compute_inv_freq", "_compute_cos_sin_cache", "forward_native"}
-
-
-def rotate_neox(x: torch.Tensor) -> torch.Tensor:  # vLLM's common.py, verbatim
-    x1 = x[..., : x.shape[-1] // 2]
-    x2 = x[..., x.shape[-1] // 2 :]
-    return torch.cat((-x2, x1), dim=-1)
 
 
 def f32(x: torch.Tensor) -> list:
