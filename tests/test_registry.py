@@ -209,6 +209,7 @@ def test_fused_forms_equal_the_hooks_forward_and_backward(name, dtype, monkeypat
     monkeypatch.setattr(fused, "BAND_BLOCK", 4)
     monkeypatch.setattr(pl.encodings.stick_breaking, "BLOCK", 4, raising=False)
     monkeypatch.setattr(pl.encodings.cope, "BLOCK", 4, raising=False)
+    monkeypatch.setattr(pl.encodings.wall, "BLOCK", 4, raising=False)
     torch.manual_seed(0)
     pe = build(name).to(dtype)
     with torch.no_grad():  # parameters away from their initial values
