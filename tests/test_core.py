@@ -17,6 +17,7 @@ FUSED_DEFAULT = [
     "axial", "xpos", "conv_pos", "tener", "transformer_xl", "huang_m3", "huang_m4",
     "path", "path_fox",
     "rope_chunked", "nope_tempered", "sink", "dsa", "rope_values",
+    "lerope", "inkling_bias", "ddrope", "fope",
 ]  # fmt: skip
 
 

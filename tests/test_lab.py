@@ -161,3 +161,115 @@ def test_describe_is_generated_from_the_config():
     floor = pl.MarkovSource(8, 2, 0, cfg.markov_temperature).loss_floor
     assert f"{floor:.3f} nats/token" in text
     assert "standard library" in lab.LabConfig(dataset="stdlib").describe()
+
+
+def test_the_chapters_train_a_declared_list_of_runnable_encodings():
+    """LAB_ENCODINGS is declared, not read from the registry: a newly registered
+    encoding is runnable (sequence_encodings) but trained by no chapter until it is
+    added; every declared name is registered and runnable."""
+    declared = lab.LAB_ENCODINGS
+    assert list(declared) == sorted(set(declared))
+    assert set(declared) <= set(lab.sequence_encodings())
+    assert {"nope", "rope", "alibi", "sinusoidal", "t5", "learned"} <= set(declared)
+    assert not {"lerope", "inkling_bias", "wall", "ddrope", "fope"} & set(declared)
+
+
+def _rope_model(cfg, scaling=None, **params):
+    torch.manual_seed(0)
+    pe = pl.Rotary(cfg.d_model // cfg.n_heads, scaling=scaling, **params)
+    return pl.TinyTransformer(8, cfg.d_model, cfg.n_heads, 2, pe=pe).eval()
+
+
+@pytest.mark.parametrize(
+    "scaling, params",
+    [
+        ("linear", dict(factor=4)),
+        ("ntk", dict(factor=2)),
+        ("yarn", dict(factor=4, original_max_position_embeddings=4)),
+    ],
+)
+def test_rope_rescaled_is_the_same_weights_with_the_scaled_table(scaling, params):
+    cfg = lab.LabConfig(**TINY)
+    model = _rope_model(cfg)
+    want = _rope_model(cfg, scaling, **params)  # same seed: the same weights
+    got = lab.rope_rescaled(model, scaling, **params)
+    tokens = torch.randint(0, 8, (2, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(got(tokens), want(tokens))
+        assert not torch.allclose(model(tokens), got(tokens))  # the original kept
+    assert got.blocks[1].attn.pe is got.pe  # still one table for every layer
+
+
+def test_drop_rope_is_the_same_weights_without_any_position():
+    """cos = 1, sin = 0 (SakanaAI/DroPE's NoPEAttention) is NoPE with RoPE's
+    weights."""
+    cfg = lab.LabConfig(**TINY)
+    model = _rope_model(cfg)
+    nope = pl.TinyTransformer(8, cfg.d_model, cfg.n_heads, 2, pe=None).eval()
+    nope.load_state_dict(model.state_dict())  # RoPE keeps no persistent state
+    dropped = lab.drop_rope(model)
+    tokens = torch.randint(0, 8, (2, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(dropped(tokens), nope(tokens))
+        assert not torch.allclose(model(tokens), dropped(tokens))
+
+
+def test_rescaling_refuses_a_model_without_plain_rope():
+    cfg = lab.LabConfig(**TINY)
+    alibi = pl.TinyTransformer(8, cfg.d_model, cfg.n_heads, 1, pe="alibi")
+    with pytest.raises(TypeError, match="plain RoPE"):
+        lab.drop_rope(alibi)
+    with pytest.raises(ValueError, match="unscaled"):
+        lab.rope_rescaled(_rope_model(cfg, "linear", factor=2), "ntk", factor=2)
+    with pytest.raises(ValueError, match="factor must be"):
+        lab.rope_rescaled(_rope_model(cfg), "linear", factor=0.5)
+
+
+@pytest.mark.parametrize("dataset", ["markov", "stdlib"])
+def test_recalibration_batches_are_seeded_and_apart_from_training(dataset):
+    cfg = lab.LabConfig(dataset=dataset, corpus_chars=20_000, **TINY)
+    data = lab.make_lab_data(cfg, 0)
+    a, b = (lab.recalibration_batches(cfg, 0, 3) for _ in range(2))
+    c = lab.recalibration_batches(cfg, 1, 3)
+    x, y, pos = a(2)
+    assert x.shape == (cfg.batch_size, cfg.train_len) and pos is None
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    assert torch.equal(x, b(2)[0]) and not torch.equal(x, c(2)[0])
+    assert not torch.equal(x, data.batches(cfg.batch_size)(2)[0])
+    with pytest.raises(ValueError, match="steps must be > 0"):
+        lab.recalibration_batches(cfg, 0, 0)
+
+
+def test_run_drope_reports_every_method_with_its_budget():
+    cfg = lab.LabConfig(**{**TINY, "n_layers": 2})
+    data = lab.make_lab_data(cfg, 0)
+    results = lab.run_drope(cfg, data, seed=0, recal_steps=2, device=CPU)
+    names = [r.encoding for r in results]
+    assert names == [
+        "rope", "rope+PI", "rope+NTK", "rope+YaRN", "nope", "dropped", "DroPE",
+        "rope+more",
+    ]  # fmt: skip
+    by = {r.encoding: r for r in results}
+    rope = lab.run_encoding("rope", cfg, data, seed=0, device=CPU)
+    # the lab's RoPE model; the scalings change nothing at L
+    for name in ("rope", "rope+PI", "rope+NTK", "rope+YaRN"):
+        assert abs(by[name].loss_in - rope.loss_in) < 1e-6, name
+    assert abs(by["rope"].rise(16) - rope.rise(16)) < 1e-6
+    assert by["rope+PI"].rise(16) != by["rope"].rise(16)
+    assert all(r.budget for r in results)
+    assert "2 more at L" in by["DroPE"].budget and "dropped" in by["DroPE"].budget
+    assert "budget" in lab.format_table(results)
+    again = lab.run_drope(cfg, data, seed=0, recal_steps=2, device=CPU)
+    assert [r.loss_past for r in again] == [r.loss_past for r in results]
+    with pytest.raises(ValueError, match="recal_steps must be > 0"):
+        lab.run_drope(cfg, data, recal_steps=0)
+
+
+def test_evaluate_reads_a_model_per_length():
+    cfg = lab.LabConfig(**TINY)
+    data = lab.make_lab_data(cfg, 0)
+    model, _ = lab.train_at_length("rope", cfg, data, device=CPU)
+    direct = lab.evaluate("rope", model, cfg, data, device=CPU)
+    per_length = lab.evaluate("rope", {n: model for n in cfg.lengths}.get, cfg, data)
+    assert direct.loss_past == per_length.loss_past
+    assert direct.loss_in == lab.run_encoding("rope", cfg, data, device=CPU).loss_in

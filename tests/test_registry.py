@@ -283,7 +283,7 @@ def test_fused_forms_equal_the_hooks_forward_and_backward(
 
     monkeypatch.setattr(fused, "KEY_BIAS_BLOCK", 4)
     monkeypatch.setattr(fused, "BAND_BLOCK", 4)
-    for module in (pl.encodings.stick_breaking, pl.encodings.cope):
+    for module in (pl.encodings.stick_breaking, pl.encodings.cope, pl.encodings.wall):
         monkeypatch.setattr(module, "BLOCK", 4, raising=False)
         monkeypatch.setattr(module, "BLOCK_OFF_CPU", 4, raising=False)
     torch.manual_seed(0)

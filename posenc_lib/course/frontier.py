@@ -22,7 +22,8 @@ Shape letters: b batch, h heads, i/j query/key positions, n length, d head dim.
   checkpoints).
 * ``fope_inv_freq``, ``fope_cos_sin``: FoPE as Intern-S1-Pro ships it (the checkpoint's
   remote code, ``InternS1ProMoeTextFourierEmbedding``): the frequencies it keeps and
-  the cos and sin it mixes from them.
+  the cos and sin it mixes from them; defined in the library
+  (``posenc_lib.encodings.fope``, the encoding ``"fope"``) and importable from here.
 * ``decay_recurrence``: a linear-attention layer with a scalar decay, run as a
   recurrence (how Mamba-2 / gated DeltaNet style layers carry order without any
   positional encoding).
@@ -34,6 +35,10 @@ import math
 
 import torch
 
+# FoPE lives in the library (one implementation): its two functions stay importable
+# from here, documented with the library (pl.fope_inv_freq, pl.fope_cos_sin)
+from ..encodings.fope import fope_cos_sin, fope_inv_freq  # noqa: F401
+
 __all__ = [
     "MODEL_POSITION",
     "CONFIG_DEFAULTS",
@@ -42,8 +47,6 @@ __all__ = [
     "smollm3_layers",
     "ssmax_weights",
     "dca_offsets",
-    "fope_inv_freq",
-    "fope_cos_sin",
     "decay_recurrence",
 ]
 
@@ -626,65 +629,6 @@ def dca_offsets(
     q_pos = torch.where(ci == cj, q_intra, torch.where(ci == cj + 1, q_succ, q_inter))
     offsets = q_pos - j % s  # (i, j)
     return torch.where(j <= i, offsets, torch.full_like(offsets, -1))
-
-
-def fope_inv_freq(
-    d_head: int, base: float, max_len: int, num_inv_freq: int | None = None
-) -> torch.Tensor:
-    """The frequencies Intern-S1-Pro's FoPE keeps (``_compute_fope_parameters`` in
-    the checkpoint's ``modeling_rope_utils.py``): RoPE's ``base^(-2i/d)``, cut to the
-    first ``num_inv_freq``, or (None) to those whose period ``2 pi / theta`` is shorter
-    than ``max_len``. ``(k,)``, k <= d/2."""
-    if not isinstance(d_head, int) or d_head < 2 or d_head % 2:
-        raise ValueError(f"d_head must be a positive even int, got {d_head!r}")
-    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
-        raise ValueError(f"max_len must be a positive int, got {max_len!r}")
-    # theta_i = base^(-2i/d)
-    theta = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
-    if num_inv_freq is not None:
-        if not isinstance(num_inv_freq, int) or not 1 <= num_inv_freq <= d_head // 2:
-            raise ValueError(
-                f"num_inv_freq must be an int in [1, {d_head // 2}], got "
-                f"{num_inv_freq!r}"
-            )
-        return theta[:num_inv_freq]
-    # keep theta_i > 2 pi / L: a period shorter than L
-    return theta[theta > 2 * math.pi / max_len]
-
-
-def fope_cos_sin(
-    pos: torch.Tensor,
-    inv_freq: torch.Tensor,
-    cos_coef: torch.Tensor,
-    sin_coef: torch.Tensor,
-    d_head: int,
-    pad_sin: float = 1.0,
-):
-    """FoPE's cos and sin (``InternS1ProMoeTextFourierEmbedding.forward``): each
-    output frequency channel mixes the kept frequencies with learned matrices, per key
-    head; the channels past the kept ones are padded (cos with 1, sin with
-    ``pad_sin``: 1 in the checkpoint's remote code, 0 in vLLM's ``fope.py``) and the
-    result is laid out as RoPE's half layout.
-
-    ``pos`` ``(n,)``, ``inv_freq`` ``(k,)``, ``cos_coef``, ``sin_coef`` ``(h, k, k)`` ->
-    ``cos``, ``sin`` ``(h, n, d)``:
-    ``cos[h, p, c] = sum_D C[h, D, c] cos(p theta_D)`` for ``c < k``."""
-    k = inv_freq.numel()
-    if cos_coef.shape != sin_coef.shape or cos_coef.shape[-2:] != (k, k):
-        raise ValueError(
-            f"cos_coef and sin_coef must be (h, {k}, {k}), got "
-            f"{tuple(cos_coef.shape)}, {tuple(sin_coef.shape)}"
-        )
-    if not isinstance(d_head, int) or d_head < 2 * k or d_head % 2:
-        raise ValueError(f"d_head must be an even int >= {2 * k}, got {d_head!r}")
-    angles = pos.to(inv_freq.dtype)[:, None] * inv_freq  # (n, k)
-    # cos_c(p) = sum_D C[h, D, c] cos(p theta_D), likewise sin with S
-    cos = torch.einsum("nD,hDc->hnc", angles.cos(), cos_coef.to(angles.dtype))
-    sin = torch.einsum("nD,hDc->hnc", angles.sin(), sin_coef.to(angles.dtype))
-    pad = d_head // 2 - k
-    cos = torch.nn.functional.pad(cos, (0, pad), value=1.0)
-    sin = torch.nn.functional.pad(sin, (0, pad), value=pad_sin)
-    return torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)  # (h, n, d)
 
 
 def decay_recurrence(

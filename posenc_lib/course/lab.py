@@ -1,7 +1,7 @@
 """The length-extrapolation lab: train a tiny causal LM at length L, evaluate it
 at f x L.
 
-One seeded harness for every encoding in ``REGISTRY`` (Part III, "The
+One seeded harness for any 1-D encoding of ``REGISTRY`` (Part III, "The
 length-extrapolation lab")::
 
     >>> cfg = LabConfig(steps=150)  # Markov data, L = 16, factors 1, 2, 4, 8
@@ -23,6 +23,17 @@ Protocol (the ALiBi paper's "train short, test long", Press et al. 2022, at toy 
 * an encoding that cannot run past L (a learned table raises) is reported as undefined
   (nan) there, with the reason, instead of failing the run.
 
+Which encodings the chapters train: ``LAB_ENCODINGS``, a declared list (the lab
+chapter and the comparison chapter train exactly these). Registering an encoding does
+not add it: each name costs both chapters a training run, so a chapter that wants a new
+one in the lab adds it here and re-measures both chapters' run time and seed sweeps.
+``sequence_encodings()`` lists every registered encoding the harness *can* run.
+
+After training, a RoPE model can be changed without training (``rope_rescaled``: PI,
+NTK-aware scaling, YaRN at each evaluation length) or have its rotation dropped and be
+recalibrated at L (``drop_rope``, ``recalibration_batches``: DroPE, Gelberg et al.
+2026); ``run_drope`` compares them, with each method's training budget.
+
 Data: ``"markov"`` is an order-k Markov chain (``MarkovSource``) whose entropy rate is a
 known loss floor; ``"stdlib"`` is characters of the Python standard library's own
 source, split into a training part (the first 90 %) and an evaluation part (the rest).
@@ -30,16 +41,20 @@ source, split into a training part (the first 90 %) and an evaluation part (the 
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from tqdm.auto import tqdm
 
 from ..base import HOOKS, overrides
 from ..data import MarkovSource, stdlib_corpus
+from ..encodings.rope import Rotary
+from ..encodings.rope_scaling import rope_inv_freq
 from ..model import TinyTransformer
 from .plotting import color_for
 from ..registry import REGISTRY, make_encoding
@@ -47,19 +62,62 @@ from ..train import train
 from ..utils import check_head_split, check_positive_int, get_device, seed_everything
 
 __all__ = [
+    "LAB_ENCODINGS",
     "sequence_encodings",
     "LabConfig",
     "LabData",
     "LabResult",
     "make_lab_data",
     "run_encoding",
+    "train_at_length",
+    "evaluate",
     "run_lab",
+    "rope_rescaled",
+    "drop_rope",
+    "recalibration_batches",
+    "run_drope",
     "format_table",
     "plot_lab",
     "summarize",
 ]
 
 _EVAL_SEED = 10_000  # the evaluation set does not depend on the training seed
+_RECAL_SEED = 20_000  # recalibration windows: seed + this, apart from the training's
+
+# The encodings the lab chapter and the comparison chapter train, one run each: every
+# 1-D encoding the library held before those of 2025-26 (lerope, inkling_bias, wall,
+# ddrope, fope: measured in their own chapter). Declared, not read from the registry,
+# so that a new encoding does not silently lengthen both chapters.
+LAB_ENCODINGS = (
+    "alibi",
+    "axial",
+    "conv_pos",
+    "cope",
+    "da_transformer",
+    "dsa",
+    "fox",
+    "huang_m1",
+    "huang_m2",
+    "huang_m3",
+    "huang_m4",
+    "learned",
+    "nope",
+    "nope_tempered",
+    "path",
+    "path_fox",
+    "rope",
+    "rope_chunked",
+    "rope_dynamic",
+    "rope_values",
+    "shaw",
+    "sink",
+    "sinusoidal",
+    "stick_breaking",
+    "t5",
+    "tener",
+    "transformer_xl",
+    "xpos",
+)
 
 
 @dataclass(frozen=True)
@@ -245,6 +303,7 @@ class LabResult:
     seconds: float
     undefined: str = ""  # why some lengths are undefined ("" if none)
     train_len: int = field(default=0)
+    budget: str = ""  # the training the model received, when the table states it
 
     def rise(self, n: int) -> float:
         """``loss_past[n] - loss_in``: how much worse than in-distribution past L
@@ -270,7 +329,8 @@ def _token_losses(
 def sequence_encodings() -> list[str]:
     """The registered encodings this harness can run, sorted: those that read 1-D token
     positions and need no side inputs (an image's coordinates or a graph's distances do
-    not exist in a text sequence). A method registered later joins automatically."""
+    not exist in a text sequence). A method registered later joins automatically; the
+    chapters train ``LAB_ENCODINGS``, a declared subset."""
     names = []
     for name, factory in REGISTRY.items():
         pe = factory(d_model=32, n_heads=4, max_len=16)
@@ -288,15 +348,31 @@ def run_encoding(
 ) -> LabResult:
     """Train ``REGISTRY[name]`` at length L on ``data`` and evaluate it at every length
     of ``cfg``."""
+    device = device or get_device()
+    start = time.perf_counter()
+    model, train_loss = train_at_length(name, cfg, data, seed, device)
+    return evaluate(name, model, cfg, data, seed, device, train_loss, start)
+
+
+def train_at_length(
+    name: str,
+    cfg: LabConfig,
+    data: LabData,
+    seed: int = 0,
+    device: torch.device | None = None,
+) -> tuple[TinyTransformer, float]:
+    """``REGISTRY[name]`` built with ``max_len = L`` into a ``TinyTransformer`` from the
+    initial seed ``seed`` and trained on ``data``'s batches of L tokens; returns the
+    model and its mean loss over the last 10 % of the steps."""
     if name not in REGISTRY:
         raise KeyError(
             f"unknown encoding {name!r}; registered: {', '.join(sorted(REGISTRY))}"
         )
     device = device or get_device()
-    L = cfg.train_len
-    start = time.perf_counter()
     seed_everything(seed)  # the same initial weights for every encoding
-    pe = make_encoding(name, d_model=cfg.d_model, n_heads=cfg.n_heads, max_len=L)
+    pe = make_encoding(
+        name, d_model=cfg.d_model, n_heads=cfg.n_heads, max_len=cfg.train_len
+    )
     model = TinyTransformer(
         data.vocab_size, cfg.d_model, cfg.n_heads, cfg.n_layers, pe=pe
     ).to(device)
@@ -309,18 +385,39 @@ def run_encoding(
         progress=False,
     )
     tail = losses[-max(1, len(losses) // 10) :]
+    return model, sum(tail) / len(tail)
 
+
+def evaluate(
+    name: str,
+    model,
+    cfg: LabConfig,
+    data: LabData,
+    seed: int = 0,
+    device: torch.device | None = None,
+    train_loss: float = math.nan,
+    start: float | None = None,
+    budget: str = "",
+) -> LabResult:
+    """Read a trained ``model`` at every length n of ``cfg`` on ``data``'s evaluation
+    set (``model`` may be a function ``n -> model``, for a model changed per length):
+    ``loss_in`` at L on positions L/2 .. L-1, ``loss_past[n]`` on positions L .. n-1; a
+    length the model cannot read is nan, with the reason in ``undefined``."""
+    device = device or get_device()
+    start = time.perf_counter() if start is None else start
+    model_at = model if callable(model) and not isinstance(model, nn.Module) else None
+    L = cfg.train_len
     loss_past, loss_mean, per_position, undefined = {}, {}, [], ""
     for n in cfg.lengths:
         try:
-            ce = _token_losses(model, data.eval, n, device)  # (w, n)
+            ce = _token_losses(model_at(n) if model_at else model, data.eval, n, device)
         except Exception as err:  # noqa: BLE001  (only past L, re-raised below)
             if n <= L:
                 raise
             undefined = undefined or f"{type(err).__name__}: {err}"
             loss_past[n] = loss_mean[n] = math.nan
             continue
-        loss_mean[n] = ce.mean().item()
+        loss_mean[n] = ce.mean().item()  # ce: (windows, n)
         if n == L:
             loss_in = ce[:, L // 2 :].mean().item()
         if n > L:
@@ -335,10 +432,11 @@ def run_encoding(
         loss_past,
         loss_mean,
         per_position,
-        sum(tail) / len(tail),
+        train_loss,
         time.perf_counter() - start,
         undefined,
         L,
+        budget,
     )
 
 
@@ -373,6 +471,158 @@ def run_lab(
             if verbose and not progress:
                 print(_line(res))
     bar.close()
+    return results
+
+
+def _rotary_of(model: torch.nn.Module) -> Rotary:
+    """The one plain ``Rotary`` a model shares between its layers, or a clear error."""
+    pe = getattr(model, "pe", None)
+    blocks = getattr(model, "blocks", ())
+    if type(pe) is not Rotary or any(b.attn.pe is not pe for b in blocks):
+        raise TypeError(
+            "model must be a TinyTransformer trained with one shared plain RoPE "
+            f"(pl.Rotary, the registry's 'rope'), got pe={type(pe).__name__}"
+        )
+    if pe.scaling is not None or pe.rotary_dim is not None:
+        raise ValueError(
+            "model's RoPE must be unscaled and rotate every coordinate, got "
+            f"scaling={pe.scaling!r}, rotary_dim={pe.rotary_dim!r}"
+        )
+    return pe
+
+
+def rope_rescaled(model: torch.nn.Module, scaling: str, **params) -> torch.nn.Module:
+    """A copy of ``model`` (trained with plain RoPE) whose frequencies are replaced by
+    ``rope_inv_freq(d, base, scaling, **params)``, attention factor included: PI
+    (``"linear"``), NTK-aware scaling (``"ntk"``), YaRN (``"yarn"``), applied after
+    training without any more of it. The weights are shared by value (a deep copy)."""
+    pe = _rotary_of(model)
+    inv_freq, factor = rope_inv_freq(pe.d_head, pe.base, scaling, **params)
+    new = copy.deepcopy(model)
+    new.pe.inv_freq = inv_freq.to(pe.inv_freq.device)  # (d/2,) float64, every layer
+    new.pe.attention_factor, new.pe.scaling = factor, scaling
+    return new
+
+
+def drop_rope(model: torch.nn.Module) -> torch.nn.Module:
+    """DroPE's first step: a copy of ``model`` (trained with plain RoPE) whose rotation
+    is the identity, every frequency 0, so cos = 1 and sin = 0 at every position (what
+    ``NoPEAttention.forward`` of SakanaAI/DroPE, ``custom_models/attention.py``, hands
+    the attention): the same weights, no position in q or k. Recalibrate it after."""
+    pe = _rotary_of(model)
+    new = copy.deepcopy(model)
+    new.pe.inv_freq = torch.zeros_like(pe.inv_freq)  # R(0) = I in every layer
+    new.pe.attention_factor = 1.0
+    return new
+
+
+def recalibration_batches(cfg: LabConfig, seed: int, steps: int):
+    """``step -> (tokens, targets, None)`` for ``steps`` steps of fresh training windows
+    of length L (``cfg``'s data: new samples of the chain, or windows of the text's
+    training part), drawn with a generator of their own (seed + 20000), so the lab's
+    training batches are unchanged."""
+    check_positive_int(steps, "steps")
+    gen = torch.Generator().manual_seed(_RECAL_SEED + seed)
+    count = steps * cfg.batch_size
+    if cfg.dataset == "markov":
+        source = MarkovSource(
+            cfg.markov_states,
+            cfg.markov_order,
+            seed=cfg.markov_seed,
+            temperature=cfg.markov_temperature,
+        )
+        windows = source.sample(count, cfg.train_len + 1, gen)
+    else:
+        corpus = stdlib_corpus(cfg.corpus_chars)
+        split = int(0.9 * len(corpus.data))
+        windows = _windows(corpus.data[:split], count, cfg.train_len + 1, gen)
+    return LabData(0, windows, windows[:0], None).batches(cfg.batch_size)
+
+
+def run_drope(
+    cfg: LabConfig,
+    data: LabData,
+    seed: int = 0,
+    recal_steps: int = 30,
+    device: torch.device | None = None,
+) -> list[LabResult]:
+    """DroPE beside the RoPE model it starts from, the zero-shot scalings of that
+    model, NoPE trained from scratch, the RoPE model with its rotation dropped and no
+    recalibration, and the RoPE model trained for as many more steps as DroPE
+    recalibrates (the control for the extra training).
+
+    RoPE is the lab's: trained at L for ``cfg.steps`` steps from the initial seed
+    ``seed``. At each evaluation length n = f L, PI, NTK-aware scaling and YaRN
+    (original length L) use the factor f (``rope_rescaled``); at n = L they are RoPE
+    itself. DroPE is ``drop_rope`` of it ("dropped"), trained ``recal_steps`` more
+    steps at L on ``recalibration_batches``, with ``cfg``'s learning rate and a fresh
+    optimizer. The results, in the order ``rope``, ``rope+PI``, ``rope+NTK``,
+    ``rope+YaRN``, ``nope``, ``dropped``, ``DroPE``, ``rope+more``, carry each
+    method's budget (``LabResult.budget``)."""
+    check_positive_int(recal_steps, "recal_steps")
+    device = device or get_device()
+    steps, L = cfg.steps, cfg.train_len
+    trained = f"{steps} steps at L"
+    start = time.perf_counter()
+    model, rope_loss = train_at_length("rope", cfg, data, seed, device)
+    results = [evaluate("rope", model, cfg, data, seed, device, rope_loss, start)]
+    results[0].budget = trained
+    for label, scaling in (("PI", "linear"), ("NTK", "ntk"), ("YaRN", "yarn")):
+        extra = {"original_max_position_embeddings": L} if scaling == "yarn" else {}
+        rescaled = {
+            n: rope_rescaled(model, scaling, factor=n // L, **extra) if n > L else model
+            for n in cfg.lengths
+        }
+        results.append(
+            evaluate(
+                f"rope+{label}",
+                rescaled.__getitem__,
+                cfg,
+                data,
+                seed,
+                device,
+                rope_loss,
+                budget=f"{trained}; factor n/L at length n, no training",
+            )
+        )
+    results.append(run_encoding("nope", cfg, data, seed, device))
+    results[-1].budget = f"{trained}, from the start"
+    dropped = drop_rope(model)
+    results.append(
+        evaluate(
+            "dropped",
+            dropped,
+            cfg,
+            data,
+            seed,
+            device,
+            math.nan,
+            budget=f"{trained}; RoPE dropped, no more training",
+        )
+    )
+    recal = recalibration_batches(cfg, seed, recal_steps)
+    share = f"{recal_steps / steps:.0%} of the training"
+    for label, tuned in (
+        ("DroPE", drop_rope(model)),
+        ("rope+more", copy.deepcopy(model)),
+    ):
+        start = time.perf_counter()
+        losses = train(tuned, recal, recal_steps, lr=cfg.lr, progress=False)
+        tail = losses[-max(1, len(losses) // 10) :]
+        what = "RoPE dropped, then" if label == "DroPE" else "RoPE kept,"
+        results.append(
+            evaluate(
+                label,
+                tuned,
+                cfg,
+                data,
+                seed,
+                device,
+                sum(tail) / len(tail),
+                start,
+                f"{trained}; {what} {recal_steps} more at L ({share})",
+            )
+        )
     return results
 
 
@@ -429,19 +679,21 @@ def format_table(results: list[LabResult]) -> str:
     summary = summarize(results)
     lengths = [n for n in results[0].lengths if n > results[0].train_len]
     seeds = sorted({r.seed for r in results})
+    budgets = {r.encoding: r.budget for r in results if r.budget}
     head = f"{'encoding':>15} | {'loss@L':>7} | " + " | ".join(
         f"rise@{n:<4}" for n in lengths
     )
     lines = [
         f"mean over seeds {seeds}; rise = loss past L minus loss at L (nats)",
-        head,
+        head + (" | budget" if budgets else ""),
         "-" * len(head),
     ]
     for name, entry in summary.items():
         cells = " | ".join(
             "    n/a " if math.isnan(entry[n]) else f"{entry[n]:+8.3f}" for n in lengths
         )
-        lines.append(f"{name:>15} | {entry['in']:7.3f} | {cells}")
+        budget = f" | {budgets.get(name, '')}" if budgets else ""
+        lines.append(f"{name:>15} | {entry['in']:7.3f} | {cells}{budget}")
     return "\n".join(lines)
 
 

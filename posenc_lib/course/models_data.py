@@ -33,6 +33,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+# one implementation each, in the library's encodings (the names stay here too)
+from ..encodings.inkling import content_relative_bias  # noqa: F401
+from ..encodings.lerope import learned_log_scale  # noqa: F401
 from ..encodings.rope_scaling import rope_inv_freq
 
 __all__ = [
@@ -866,49 +869,6 @@ def power_scale(p: torch.Tensor, length: int = 2048, power: float = 0.1):
         raise ValueError(f"length must be a positive int, got {length!r}")
     # s(p) = (1 + (p + 1) / L)^power
     return (1 + (p + 1) / length) ** power
-
-
-def learned_log_scale(p: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor):
-    """``scale_h * log(p + 1) + bias_h``: Mistral Large 4's per-head query scale
-    (``MistralLarge4TextSoftmaxScaling``); ``scale``, ``bias`` ``(h,)`` ->
-    ``(h, *p)``."""
-    p = _positions(p)
-    if scale.shape != bias.shape or scale.dim() != 1:
-        raise ValueError(
-            f"scale and bias must be (h,) tensors, got {scale.shape}, {bias.shape}"
-        )
-    extra = (1,) * p.dim()
-    # s_h(p) = a_h log(p + 1) + b_h
-    return scale.view(-1, *extra) * torch.log1p(p.to(scale.dtype)) + bias.view(
-        -1, *extra
-    )
-
-
-def content_relative_bias(relative_states: torch.Tensor, proj: torch.Tensor):
-    """Inkling's relative logits (``InklingRelativeLogits``): each query mixes
-    ``d_rel`` learned bias-versus-distance profiles with its own content,
-    ``bias[h, i, j] = (r_i^h P)[i - j]`` for ``0 <= i - j < E``, else 0.
-
-    ``relative_states`` ``(n, h, d_rel)`` (the queries' ``r_proj``), ``proj``
-    ``(d_rel, E)`` -> ``(h, n, n)``."""
-    if relative_states.dim() != 3 or proj.dim() != 2:
-        raise ValueError(
-            "relative_states must be (n, h, d_rel) and proj (d_rel, E), got "
-            f"{tuple(relative_states.shape)}, {tuple(proj.shape)}"
-        )
-    if relative_states.shape[-1] != proj.shape[0]:
-        raise ValueError(
-            f"relative_states' last size {relative_states.shape[-1]} must equal "
-            f"proj's first {proj.shape[0]} (d_rel)"
-        )
-    n, extent = relative_states.shape[0], proj.shape[1]
-    # profile[h, i, delta] = sum_r r_i^h[r] P[r, delta]
-    profile = torch.einsum("ihr,re->hie", relative_states, proj)  # (h, i, E)
-    distance = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # (i, j): i - j
-    inside = (distance >= 0) & (distance < extent)
-    index = distance.clamp(0, extent - 1).expand(profile.shape[0], n, n)
-    bias = profile.gather(-1, index)  # (h, i, j)
-    return torch.where(inside, bias, torch.zeros_like(bias))
 
 
 # ---- the table, printed

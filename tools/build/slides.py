@@ -127,6 +127,11 @@ class PlanError(SystemExit):
     message says which session and what)."""
 
 
+def _count(n: int, noun: str) -> str:
+    """'the 3 notebooks', 'the notebook': a count the guide's lines can say."""
+    return f"the {noun}" if n == 1 else f"the {n} {noun}s"
+
+
 def load_plan(path: pathlib.Path | None = None) -> dict[str, Plan]:
     """The sessions' plan (``book/teaching/sessions.yml``, its schema at its top),
     keyed by the session's first chapter, after checking that every chapter,
@@ -967,7 +972,7 @@ def reading_line(session: Session) -> str:
     chapters = [e for e in session.chapters if e not in whole]
     line = (
         f"- **Reading**: about {minutes} minutes ({required} words of prose in "
-        f"{len(chapters)} chapter{'s' if len(chapters) != 1 else ''}, at "
+        f"{_count(len(chapters), 'chapter')}, at "
         f"{WORDS_PER_MINUTE} words a minute)"
     )
     if not extra:
@@ -1008,7 +1013,7 @@ def session_facts(session: Session) -> str:
 
     lines.append(
         f'- **Student notebooks**: <a href="../../student/{zip_name(session.number)}"'
-        f" download>the {len(session.chapters)} notebooks of session "
+        f" download>{_count(len(session.chapters), 'notebook')} of session "
         f"{session.number} (zip)</a>, without solutions, with a README."
     )
     plan = session.plan
