@@ -65,6 +65,24 @@ def test_code_fits_the_page():
     )
 
 
+def test_no_notebook_code_line_passes_88_columns_even_behind_a_pragma():
+    """ruff's E501 forgives a line whose code fits before a trailing ``# noqa``;
+    the page does not, so a chapter's code line counts its pragma too."""
+    import json
+
+    long = []
+    for path in sorted((ROOT / "book").rglob("*.ipynb")):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        for k, cell in enumerate(cells):
+            if cell["cell_type"] != "code":
+                continue
+            for line in "".join(cell["source"]).splitlines():
+                if len(line) > 88:
+                    rel = path.relative_to(ROOT)
+                    long.append(f"{rel} cell {k}: {len(line)} columns: {line[:60]}")
+    assert not long, "code lines wider than the page (88 columns):\n" + "\n".join(long)
+
+
 def test_the_page_preview_forgives_only_the_glue_of_the_pages_it_did_not_run():
     """``tools/build/pages.py`` renders the pages it does not execute without their
     glued values: their "No key ... in glue data" warnings are expected; the same
