@@ -93,3 +93,27 @@ def test_every_repository_path_in_the_prose_exists():
             missing.append(f"{page}: `{code}`")
     assert named > 50, named
     assert not missing, "\n".join(missing)
+
+
+def test_the_editions_markdown_gets_the_same_links():
+    """The Colab and student editions leave Sphinx out: their Markdown gets the
+    links from ``link_markdown`` (colab_edition.Converter.inline)."""
+    text = (
+        "`tests/test_plotting.py` holds it; `tests/test_gone.py`, `pl.x` and "
+        "[`tools/README.md`](elsewhere) stay."
+    )
+    assert repo_links.link_markdown(text, REPO, "main") == (
+        f"[`tests/test_plotting.py`]({REPO}/blob/main/tests/test_plotting.py) holds"
+        " it; `tests/test_gone.py`, `pl.x` and [`tools/README.md`](elsewhere) stay."
+    )
+
+
+def test_the_colab_edition_links_the_chapters_paths():
+    from tools.build import colab_edition
+
+    nb = json.loads((toc.ROOT / "book" / "part6" / "cost.ipynb").read_text())
+    out, _ = colab_edition.convert(
+        nb, "book/part6/cost", 29, None, colab_edition.load_bib(), allow_missing=True
+    )
+    text = "".join("".join(c["source"]) for c in out["cells"])
+    assert f"({REPO}/blob/main/tools/measure/bench_model.py)" in text

@@ -18,7 +18,8 @@ build and the page preview, so prose cannot send the reader to a file that is no
 there. Placeholders (``tests/golden/<x>.json``, ``*``) are not paths and are left
 alone; so are the files of other repositories that the book names under a path of the
 same form (``FOREIGN``). ``tests/test_site_files.py`` checks every link on the built
-site against the tree.
+site against the tree. The Colab and student editions, which leave Sphinx out, get the
+same links from ``link_markdown`` (tools/build/colab_edition.py).
 
 Standalone on purpose: ``local_extensions`` imports it by file, not as ``tools.…``.
 """
@@ -90,6 +91,24 @@ def file_url(
     else:
         return None
     return f"{base.rstrip('/')}/{kind}/{branch}/{bare}"
+
+
+# an inline code span of Markdown, not already the text of a link
+INLINE_CODE = re.compile(r"(?<![`\[])`(?P<code>[^`\n]+)`(?![`\]])")
+
+
+def link_markdown(text: str, base: str, branch: str, root: pathlib.Path = ROOT) -> str:
+    """Markdown ``text`` with each inline-code path of the repository made a link to
+    its file, as the site has it: for the editions that leave Sphinx out (Colab,
+    student). A path the repository does not hold stays as it is (the site build
+    names it)."""
+
+    def link(m: re.Match) -> str:
+        path = repository_path(m["code"])
+        url = path and file_url(base, branch, path, root)
+        return f"[{m.group(0)}]({url})" if url else m.group(0)
+
+    return INLINE_CODE.sub(link, text)
 
 
 def link_repository_paths(app, doctree, docname) -> None:
