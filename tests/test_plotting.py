@@ -54,3 +54,23 @@ def test_lengths_must_agree():
     with pytest.raises(ValueError, match="one entry per point"):
         pl.label_points(ax, [1, 2], [1], ["a", "b"])
     plt.close(fig)
+
+
+def test_line_styles_are_distinct_and_from_the_qualitative_palette():
+    styles = pl.plotting.line_styles(16)
+    assert len(set(styles)) == 16
+    assert {c for c, _ in styles} <= set(pl.plotting.LINE_COLORS)
+    assert styles[:10] == [(c, "-") for c in pl.plotting.LINE_COLORS]
+    assert len(set(pl.plotting.line_styles(40))) == 40
+    with pytest.raises(ValueError, match="at most|between 0 and 40"):
+        pl.plotting.line_styles(41)
+
+
+def test_overlapping_tick_labels_sees_crowded_log_ticks():
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.loglog([256, 4096], [1, 10])  # matplotlib labels 3x10^2 and 4x10^2 side by side
+    assert pl.plotting.overlapping_tick_labels(ax), "the check has teeth"
+    ax.set_xticks([256, 1024, 4096], ["256", "1024", "4096"])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    assert pl.plotting.overlapping_tick_labels(ax) == []
+    plt.close(fig)

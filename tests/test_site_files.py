@@ -137,6 +137,36 @@ def test_every_page_says_the_licenses_and_can_report_a_problem(pages):
     assert not missing, "\n".join(missing[:10])
 
 
+def test_every_link_into_the_repository_names_a_file_it_holds(pages):
+    """The repository's paths in the prose are links to GitHub
+    (``tools/build/repo_links.py``), and every ``blob/`` or ``tree/`` link of the
+    site, those and the theme's, names a file or folder the repository tracks."""
+    from tools.authoring.colab_cell import _config_value
+    from tools.build import repo_links
+
+    repo, branch = _config_value("url"), _config_value("branch")
+    files, folders = repo_links.tracked()
+    heads = {f"{repo}/blob/{branch}/": files, f"{repo}/tree/{branch}/": folders}
+    missing, linked = [], 0
+    for page in pages:
+        for link in parsed(page).links:
+            for head, held in heads.items():
+                if link.startswith(head):
+                    path = unquote(urlsplit(link).path)[len(urlsplit(head).path) :]
+                    linked += 1
+                    if path.rstrip("/") not in held:
+                        missing.append(f"{page.relative_to(HTML)}: {link}")
+    assert not missing, "links to files the repository does not hold:\n" + "\n".join(
+        missing[:10]
+    )
+    assert linked, "no link into the repository at all"
+    cost = HTML / "book" / "part6" / "cost.html"
+    if cost.exists():  # the prose's paths: `tools/measure/bench_model.py` is a link
+        assert (
+            f"{repo}/blob/{branch}/tools/measure/bench_model.py" in parsed(cost).links
+        )
+
+
 def test_the_link_check_has_teeth(pages, tmp_path):
     """A page of the site with a link to a missing file and one to a missing anchor."""
     page = HTML / "book" / "intro.html"

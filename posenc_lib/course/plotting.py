@@ -19,6 +19,8 @@ __all__ = [
     "color_for",
     "label_points",
     "overlapping_labels",
+    "line_styles",
+    "overlapping_tick_labels",
 ]
 
 # One colour per encoding, so a method looks the same in every chapter's figures.
@@ -207,3 +209,38 @@ def overlapping_labels(texts: list[mpl.text.Text]) -> list[tuple[str, str]]:
         for b in range(a + 1, len(texts))
         if boxes[a].overlaps(boxes[b])
     ]
+
+
+# Ten colours a reader tells apart (matplotlib's tab10, Tableau's qualitative palette;
+# tab20 adds a lighter twin of each, which reads as the same colour in a legend), and
+# the dashes that multiply them.
+LINE_COLORS = tuple(mpl.colors.to_hex(c) for c in plt.get_cmap("tab10").colors)
+LINE_DASHES = ("-", "--", ":", "-.")
+
+
+def line_styles(n: int) -> list[tuple[str, str]]:
+    """``n`` distinct (colour, linestyle) pairs for the lines of one axes: the ten
+    colours of ``LINE_COLORS`` with solid lines first, then each colour again dashed,
+    dotted, dash-dotted; at most 40 lines (more cannot be told apart anyway)."""
+    n = int(n)
+    most = len(LINE_COLORS) * len(LINE_DASHES)
+    if not 0 <= n <= most:
+        raise ValueError(f"n must be between 0 and {most} lines, got {n}")
+    k = len(LINE_COLORS)
+    return [(LINE_COLORS[i % k], LINE_DASHES[i // k]) for i in range(n)]
+
+
+def overlapping_tick_labels(ax: plt.Axes) -> list[tuple[str, str]]:
+    """The pairs of drawn tick labels of ``ax`` (major and minor, both axes) whose
+    boxes overlap; empty when none do. Draws the figure first."""
+    ax.figure.canvas.draw()
+    pairs = []
+    for axis in (ax.xaxis, ax.yaxis):
+        texts = [
+            t
+            for minor in (False, True)
+            for t in axis.get_ticklabels(minor=minor)
+            if t.get_visible() and t.get_text()
+        ]
+        pairs += overlapping_labels(texts)
+    return pairs

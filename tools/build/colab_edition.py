@@ -66,6 +66,7 @@ from collections.abc import Callable
 
 from tools import toc
 from tools.authoring.colab_cell import _config_value
+from tools.build import repo_links
 from tools.build.course_index import chapter_info
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -264,6 +265,8 @@ def colab_url(entry: str, branch: str = BRANCH) -> str:
 class Converter:
     """Rewrites the Markdown cells of one chapter (``entry``: ``book/part3/alibi``)."""
 
+    link_repository = True  # inline-code paths of the repository link to GitHub
+
     def __init__(
         self,
         entry: str,
@@ -412,7 +415,13 @@ class Converter:
 
     def inline(self, text: str) -> str:
         text = ROLE.sub(self.role, text)
-        return CHAPTER_LINK.sub(self.chapter_link, text)
+        text = CHAPTER_LINK.sub(self.chapter_link, text)
+        if not self.link_repository:
+            return text
+        # the repository's paths link to its files, as on the site (repo_links.py)
+        return repo_links.link_markdown(
+            text, _config_value("url"), _config_value("branch")
+        )
 
     def markdown(self, text: str) -> str:
         """``text`` with its directives, roles and targets rewritten; code blocks that

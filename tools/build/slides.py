@@ -336,6 +336,8 @@ class SlideConverter(colab_edition.Converter):
     """The Colab edition's rewriting of MyST, with links to the site's pages (the
     decks are served from the site) instead of Colab and absolute addresses."""
 
+    link_repository = False  # a deck links nothing outside the site
+
     def site_link(self, role: str, text: str) -> str:
         m = re.match(r"(?P<title>.*?)\s*<(?P<target>[^>]+)>$", text, re.S)
         title, target = (m.group("title"), m.group("target")) if m else ("", text)
