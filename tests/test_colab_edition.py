@@ -111,6 +111,7 @@ def test_colab_edition_keeps_exercises_solutions_and_references(edition, entry):
             "tags", []
         ):
             assert cell["metadata"].get("cellView") == "form"
+            assert cell["metadata"]["jupyter"]["source_hidden"]  # folded in Jupyter
             assert "".join(cell["source"]).startswith("# @title Solution to Exercise")
     assert not any("{solution-end}" in "".join(c["source"]) for c in cells)
     # each captioned figure: its numbered caption in the cell after it
@@ -280,3 +281,64 @@ def test_publishing_commits_the_edition_to_its_branch_without_touching_the_tree(
     assert git("rev-parse", "--abbrev-ref", "HEAD") == "main"
     assert git("status", "--porcelain") == ""
     assert "Colab edition of" in git("log", "-1", "--format=%s", "colab")
+
+
+# ---- the download a chapter page serves ("Download → .ipynb") -----------------------
+
+DOWNLOAD = re.compile(r'<a href="(?P<href>[^"]*_sources/[^"]*\.ipynb)"')
+DIRECTIVE_FENCE = re.compile(r"^\s*(`{3,}|:{3,})\{[\w:-]+\}", re.M)
+
+
+def reading_problems(nb: dict) -> list[str]:
+    """What a reader would meet in a downloaded notebook that the page does not show:
+    a ``{glue`` role (the number unfilled), a MyST directive fence, or an open
+    solution (its code not folded in Colab and Jupyter, its prose not under a
+    collapsed ``<details>``)."""
+    problems = []
+    for k, cell in enumerate(nb["cells"]):
+        text = "".join(cell["source"])
+        meta = cell.get("metadata", {})
+        if cell["cell_type"] == "markdown":
+            if "{glue" in text:
+                problems.append(f"cell {k}: a {{glue}} role")
+            if DIRECTIVE_FENCE.search(text):
+                problems.append(f"cell {k}: a directive fence")
+            outside = re.sub(r"<details>.*?</details>", "", text, flags=re.S)
+            if re.search(r"\{solution|Solution to Exercise", outside):
+                problems.append(f"cell {k}: a solution outside <details>")
+        elif "solution" in meta.get("tags", []) and not (
+            meta.get("cellView") == "form"
+            and meta.get("jupyter", {}).get("source_hidden")
+        ):
+            problems.append(f"cell {k}: a solution's code, open")
+    return problems
+
+
+def test_the_reading_check_has_teeth(edition):
+    """The authoring source (what Sphinx copies into _sources/) fails the check of the
+    download; the Colab edition passes it."""
+    source = json.loads((ROOT / "book/part3/alibi.ipynb").read_text())
+    found = " ".join(reading_problems(source))
+    for what in ("{glue} role", "directive fence", "solution's code, open"):
+        assert what in found, what
+    for entry in ENTRIES:
+        colab = json.loads((edition / f"{entry}.ipynb").read_text())
+        assert not reading_problems(colab), entry
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_the_page_download_is_the_notebook_as_the_page_reads(entry):
+    """After `make site`: a chapter page's "Download → .ipynb" serves the Colab
+    edition (numbers glued, no MyST, solutions folded), not the authoring source."""
+    page = ROOT / "_build" / "html" / f"{entry}.html"
+    if not page.exists():
+        pytest.fail(f"no {page}: build the site first (make site)")
+    links = {m["href"] for m in DOWNLOAD.finditer(page.read_text())}
+    assert len(links) == 1, f"{entry}: download links {links}"
+    served = (page.parent / links.pop()).resolve()
+    assert served.is_file(), served
+    nb = json.loads(served.read_text())
+    assert nb["metadata"].get("posenc_edition") == "colab", served
+    problems = reading_problems(nb)
+    assert not problems, f"{entry}:\n" + "\n".join(problems[:10])
