@@ -216,6 +216,23 @@ def test_the_launch_button_extension_changes_only_the_colab_branch():
     assert _retarget(buttons, "colab") == 1
     assert buttons[1]["buttons"][0]["url"] == colab.replace("/main/", "/colab/")
     assert buttons[0]["url"] == "https://github.com/posenc-course/x"
+    # the download menu's .ipynb entry says it is the Colab edition; a .md page's
+    # source keeps its title
+    from tools.build.colab_launch import DOWNLOAD_TOOLTIP, _retitle_download
+
+    menu = [
+        {"type": "group", "buttons": [
+            {"label": "download-source-button", "url": "../_sources/x.ipynb",
+             "tooltip": "Download source file"},
+            {"label": "download-source-button", "url": "../_sources/y.md",
+             "tooltip": "Download source file"},
+        ]},
+    ]  # fmt: skip
+    assert _retitle_download(menu) == 1
+    assert [b["tooltip"] for b in menu[0]["buttons"]] == [
+        DOWNLOAD_TOOLTIP,
+        "Download source file",
+    ]
     assert (
         colab_edition.colab_url("book/part3/alibi") == buttons[1]["buttons"][0]["url"]
     )
@@ -334,9 +351,13 @@ def test_the_page_download_is_the_notebook_as_the_page_reads(entry):
     page = ROOT / "_build" / "html" / f"{entry}.html"
     if not page.exists():
         pytest.fail(f"no {page}: build the site first (make site)")
-    links = {m["href"] for m in DOWNLOAD.finditer(page.read_text())}
+    html = page.read_text()
+    links = {m["href"] for m in DOWNLOAD.finditer(html)}
     assert len(links) == 1, f"{entry}: download links {links}"
     served = (page.parent / links.pop()).resolve()
+    from tools.build.colab_launch import DOWNLOAD_TOOLTIP
+
+    assert f'title="{DOWNLOAD_TOOLTIP}"' in html, "the download's tooltip"
     assert served.is_file(), served
     nb = json.loads(served.read_text())
     assert nb["metadata"].get("posenc_edition") == "colab", served
