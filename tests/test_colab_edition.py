@@ -111,6 +111,7 @@ def test_colab_edition_keeps_exercises_solutions_and_references(edition, entry):
             "tags", []
         ):
             assert cell["metadata"].get("cellView") == "form"
+            assert cell["metadata"]["jupyter"]["source_hidden"]  # folded in Jupyter
             assert "".join(cell["source"]).startswith("# @title Solution to Exercise")
     assert not any("{solution-end}" in "".join(c["source"]) for c in cells)
     # each captioned figure: its numbered caption in the cell after it
@@ -215,6 +216,23 @@ def test_the_launch_button_extension_changes_only_the_colab_branch():
     assert _retarget(buttons, "colab") == 1
     assert buttons[1]["buttons"][0]["url"] == colab.replace("/main/", "/colab/")
     assert buttons[0]["url"] == "https://github.com/posenc-course/x"
+    # the download menu's .ipynb entry says it is the Colab edition; a .md page's
+    # source keeps its title
+    from tools.build.colab_launch import DOWNLOAD_TOOLTIP, _retitle_download
+
+    menu = [
+        {"type": "group", "buttons": [
+            {"label": "download-source-button", "url": "../_sources/x.ipynb",
+             "tooltip": "Download source file"},
+            {"label": "download-source-button", "url": "../_sources/y.md",
+             "tooltip": "Download source file"},
+        ]},
+    ]  # fmt: skip
+    assert _retitle_download(menu) == 1
+    assert [b["tooltip"] for b in menu[0]["buttons"]] == [
+        DOWNLOAD_TOOLTIP,
+        "Download source file",
+    ]
     assert (
         colab_edition.colab_url("book/part3/alibi") == buttons[1]["buttons"][0]["url"]
     )
@@ -280,3 +298,68 @@ def test_publishing_commits_the_edition_to_its_branch_without_touching_the_tree(
     assert git("rev-parse", "--abbrev-ref", "HEAD") == "main"
     assert git("status", "--porcelain") == ""
     assert "Colab edition of" in git("log", "-1", "--format=%s", "colab")
+
+
+# ---- the download a chapter page serves ("Download → .ipynb") -----------------------
+
+DOWNLOAD = re.compile(r'<a href="(?P<href>[^"]*_sources/[^"]*\.ipynb)"')
+DIRECTIVE_FENCE = re.compile(r"^\s*(`{3,}|:{3,})\{[\w:-]+\}", re.M)
+
+
+def reading_problems(nb: dict) -> list[str]:
+    """What a reader would meet in a downloaded notebook that the page does not show:
+    a ``{glue`` role (the number unfilled), a MyST directive fence, or an open
+    solution (its code not folded in Colab and Jupyter, its prose not under a
+    collapsed ``<details>``)."""
+    problems = []
+    for k, cell in enumerate(nb["cells"]):
+        text = "".join(cell["source"])
+        meta = cell.get("metadata", {})
+        if cell["cell_type"] == "markdown":
+            if "{glue" in text:
+                problems.append(f"cell {k}: a {{glue}} role")
+            if DIRECTIVE_FENCE.search(text):
+                problems.append(f"cell {k}: a directive fence")
+            outside = re.sub(r"<details>.*?</details>", "", text, flags=re.S)
+            if re.search(r"\{solution|Solution to Exercise", outside):
+                problems.append(f"cell {k}: a solution outside <details>")
+        elif "solution" in meta.get("tags", []) and not (
+            meta.get("cellView") == "form"
+            and meta.get("jupyter", {}).get("source_hidden")
+        ):
+            problems.append(f"cell {k}: a solution's code, open")
+    return problems
+
+
+def test_the_reading_check_has_teeth(edition):
+    """The authoring source (what Sphinx copies into _sources/) fails the check of the
+    download; the Colab edition passes it."""
+    source = json.loads((ROOT / "book/part3/alibi.ipynb").read_text())
+    found = " ".join(reading_problems(source))
+    for what in ("{glue} role", "directive fence", "solution's code, open"):
+        assert what in found, what
+    for entry in ENTRIES:
+        colab = json.loads((edition / f"{entry}.ipynb").read_text())
+        assert not reading_problems(colab), entry
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_the_page_download_is_the_notebook_as_the_page_reads(entry):
+    """After `make site`: a chapter page's "Download → .ipynb" serves the Colab
+    edition (numbers glued, no MyST, solutions folded), not the authoring source."""
+    page = ROOT / "_build" / "html" / f"{entry}.html"
+    if not page.exists():
+        pytest.fail(f"no {page}: build the site first (make site)")
+    html = page.read_text()
+    links = {m["href"] for m in DOWNLOAD.finditer(html)}
+    assert len(links) == 1, f"{entry}: download links {links}"
+    served = (page.parent / links.pop()).resolve()
+    from tools.build.colab_launch import DOWNLOAD_TOOLTIP
+
+    assert f'title="{DOWNLOAD_TOOLTIP}"' in html, "the download's tooltip"
+    assert served.is_file(), served
+    nb = json.loads(served.read_text())
+    assert nb["metadata"].get("posenc_edition") == "colab", served
+    problems = reading_problems(nb)
+    assert not problems, f"{entry}:\n" + "\n".join(problems[:10])

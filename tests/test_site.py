@@ -150,6 +150,53 @@ CLIPPED_JS = """(phone) => {
 }"""
 
 
+# A printed output's lines each drawn on one line: a line (between newlines) whose
+# characters span two line boxes was wrapped (a table's row split, its columns broken).
+# Also, per output, whether it is wider than its box and whether the box scrolls.
+WRAPPED_OUTPUTS_JS = """() => {
+  const out = [];
+  for (const pre of document.querySelectorAll('div.cell_output pre')) {
+    const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+    let node, wrapped = '';
+    while ((node = walker.nextNode()) && !wrapped) {
+      let start = 0;
+      for (const line of node.textContent.split('\\n')) {
+        if (line.trim()) {
+          const r = document.createRange();
+          r.setStart(node, start);
+          r.setEnd(node, start + line.length);
+          const tops = new Set(Array.from(r.getClientRects())
+            .filter((x) => x.width > 0).map((x) => Math.round(x.top)));
+          if (tops.size > 1) { wrapped = line.trim().slice(0, 60); break; }
+        }
+        start += line.length + 1;
+      }
+    }
+    out.push({wrapped, wide: pre.scrollWidth > pre.clientWidth + 1,
+              scrolls: ['auto', 'scroll'].includes(getComputedStyle(pre).overflowX)});
+  }
+  return out;
+}"""
+PHONE = 390
+
+
+def test_printed_outputs_scroll_in_their_box_on_a_phone(open_page):
+    """At a phone's width a printed table keeps each row on one line and scrolls
+    sideways in its own box (the cost chapter prints tables wider than a phone), while
+    the page itself does not scroll sideways."""
+    page = open_page("book/part6/cost.html", width=PHONE)
+    outputs = page.evaluate(WRAPPED_OUTPUTS_JS)
+    wrapped = [o["wrapped"] for o in outputs if o["wrapped"]]
+    assert not wrapped, f"{len(wrapped)} outputs wrap a line: {wrapped[:5]}"
+    wide = [o for o in outputs if o["wide"]]
+    assert len(wide) >= 3, f"the cost chapter prints no table wider than {PHONE}px"
+    assert all(o["scrolls"] for o in wide), "a wide output does not scroll in its box"
+    overflow = page.evaluate(
+        "() => document.documentElement.scrollWidth - window.innerWidth"
+    )
+    assert overflow <= 1, f"the page is {overflow}px wider than the window"
+
+
 # Every word of a table drawn on one line: a word (split at spaces and hyphens) whose
 # text spans two line boxes was broken mid-word ("encodi/ng"). Text inside typeset
 # maths is skipped (MathJax lays it out itself).
@@ -248,6 +295,10 @@ def test_the_page_reads_at_desktop_and_phone_width(open_page, entry):
             check_the_chapter_renders_for_a_reader(page, entry, open_page.blocked)
         clipped = page.evaluate(CLIPPED_JS, width < 720)
         assert not clipped, f"{entry} at {width}px:\n" + "\n".join(clipped[:15])
+        if width < 720:  # on a phone a printed line is never wrapped: its box scrolls
+            wrapped = [o["wrapped"] for o in page.evaluate(WRAPPED_OUTPUTS_JS)]
+            wrapped = [w for w in wrapped if w]
+            assert not wrapped, f"{entry} at {width}px, outputs wrap: {wrapped[:5]}"
         if width == WIDTHS[0]:  # ... nor with a desktop browser's scroll bar
             tight = page.evaluate(TIGHT_TABLES_JS, SCROLL_BAR)
             assert not tight, f"{entry} at {width}px:\n" + "\n".join(tight[:15])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 import subprocess
 import sys
 import zipfile
@@ -148,15 +149,15 @@ def test_no_session_asks_more_than_an_hour_of_reading():
     guide = slides.GUIDE.read_text()
     for session in SESSIONS:
         minutes = slides.reading_minutes(session)
-        required, optional = slides.reading_words(session)
+        required, optional = slides.reading(session)
         assert minutes <= 60, f"session {session.number}: {minutes} minutes"
-        assert minutes == round(required / slides.WORDS_PER_MINUTE)
+        assert minutes == round(slides.reading_cost(required))
         line = slides.reading_line(session)
-        assert f"about {minutes} minutes ({required} words" in line
+        assert f"about {minutes} minutes ({required['words']} words" in line
         assert line in guide, f"session {session.number}: the guide is stale"
         if optional:
             assert "**optional**" in line, line
-            assert f"{round(optional / slides.WORDS_PER_MINUTE)} minutes more" in line
+            assert f"{round(slides.reading_cost(optional))} minutes more" in line
     optional = [s for s in SESSIONS if s.plan and s.plan.optional]
     assert optional, "no session marks optional reading"
     # a section marked optional counts out of the reading, the rest of it in
@@ -178,6 +179,79 @@ def test_a_session_over_an_hour_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(slides, "SESSIONS", path)
     with pytest.raises(SystemExit, match=r"session \d+ asks \d+ minutes of reading"):
         slides.render_guide()
+
+
+def _page(markdown: list[str], code: list[str] = (), figure: bool = False) -> list:
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": m} for m in markdown]
+    for k, source in enumerate(code):
+        meta = {"mystnb": {"figure": {"caption": "A figure."}}} if figure else {}
+        cells.append(
+            {"cell_type": "code", "id": f"c{k}", "metadata": meta, "source": source}
+        )
+    return cells
+
+
+def test_the_reading_time_counts_formulas_code_outputs_figures_and_exercises(
+    monkeypatch,
+):
+    """A page with formulas, code, printed lines, figures and exercises costs more
+    than the same words alone, each at its stated cost; solutions and cells removed
+    from the page cost nothing."""
+    words = "The score of a query and a key depends on their offset only. " * 10
+    pages = {
+        "prose": _page([words]),
+        "formulas": _page(
+            [
+                words + " Here $m - n$ and $\\theta_i$ and {math}`q_m`.\n\n"
+                "$$\nq_m^\\top k_n\n$$\n"
+            ]
+        ),  # fmt: skip
+        "code": _page([words], ["x = 1\ny = 2\n\nprint(x + y)\n"]),
+        "figure": _page([words], ["plot()\n"], figure=True),
+        "exercise": _page([words + "\n```{exercise}\n:label: ex-a\nDo it.\n```\n"]),
+    }
+    hidden = _page([words], ["secret()\n"])
+    hidden[-1]["metadata"]["tags"] = ["remove-cell"]
+    solution = _page([words], ["answer = 42\n"])
+    solution[-1]["metadata"]["tags"] = ["solution"]
+    pages.update(hidden=hidden, solution=solution)
+    monkeypatch.setattr(slides, "_cells", lambda entry: pages[entry])
+    monkeypatch.setattr(
+        slides, "_output_lines", lambda: {"code": {"c0": 4}, "hidden": {"c0": 9}}
+    )
+    units = {name: slides.reading_units(name) for name in pages}
+    cost = {name: slides.reading_cost(u) for name, u in units.items()}
+    assert units["formulas"]["display"] == 1 and units["formulas"]["inline"] == 3
+    assert units["code"]["code"] == 3 and units["code"]["output"] == 4
+    assert units["figure"]["figures"] == 1 and units["exercise"]["exercises"] == 1
+    per = {unit: c for unit, (c, _) in slides.READING_COSTS.items()}
+    base = cost["prose"]
+    assert base == pytest.approx(units["prose"]["words"] / 150)
+    assert cost["formulas"] > base and cost["formulas"] - base == pytest.approx(
+        per["display"] + 3 * per["inline"], abs=per["words"] * 12
+    )
+    assert cost["code"] == pytest.approx(base + 3 * per["code"] + 4 * per["output"])
+    assert cost["figure"] == pytest.approx(base + per["code"] + per["figures"])
+    assert cost["exercise"] > base + per["exercises"]
+    assert cost["hidden"] == cost["solution"] == pytest.approx(base)
+
+
+def test_the_reading_costs_are_calibrated_and_printed_in_the_guide():
+    """The estimator gives the chapters a student read in full about the time the
+    student estimated (within 15 %, as the chapters change), and the guide prints
+    every cost and the calibration."""
+    for chapters, minutes in slides.CALIBRATION.items():
+        units = sum((slides.reading_units(e) for e in chapters), start=Counter())
+        assert slides.reading_cost(units) == pytest.approx(minutes, rel=0.15), chapters
+    guide = slides.GUIDE.read_text()
+    assert slides.reading_costs() in guide, "the guide's table of costs is stale"
+    for _, what in slides.READING_COSTS.values():
+        assert what.split(" (", 1)[1].rstrip(")") in guide, what
+    # the printed lines are measured (python -m tools.build.slides --measure-outputs
+    # after a build) for chapters of the book (a new chapter counts none until then)
+    measured = json.loads(slides.OUTPUT_LINES.read_text())
+    chapters = {e for _, e in numbered_chapters()}
+    assert set(measured) <= chapters and len(measured) >= len(chapters) - 1
 
 
 def test_reading_time_counts_the_prose():

@@ -24,7 +24,8 @@ install cell stays first):
   ``{solution-end}`` in cells of their own) → its prose in a ``<details><summary>``
   block (collapsed, as on the site) and its code in a Colab form cell titled "Solution
   to Exercise 14.2" (``cellView: form``: Colab shows the title and hides the code
-  until the reader opens it); the ``{solution-end}`` cell is dropped;
+  until the reader opens it; ``jupyter.source_hidden`` folds it in Jupyter too); the
+  ``{solution-end}`` cell is dropped;
 * ``{admonition}`` (learning objectives, errata, ...) and the other directives
   (``{prf:theorem}``, ``{note}``, ...) → a block quote with a bold title;
 * ``{glue:text}`name``` / ``{glue:text}`name:.1f``` / ``{glue}`` → the value glued by
@@ -47,6 +48,12 @@ tests/test_colab_edition.py renders every generated notebook as Colab does
 
 ``OUT/README.md`` says what the edition is and under which licenses (published with
 the notebooks on branch ``colab``).
+
+The site serves this edition as each chapter page's download (the button "Download →
+.ipynb"): ``serve_downloads`` puts it in place of the authoring source that Sphinx
+copies into ``_build/html/_sources/`` (tools/build/site.py runs it after this edition),
+so a reader who downloads a page gets the page as it reads, as the Colab button opens
+it.
 
 The **instructor edition** is the same notebooks, solutions included, zipped with a
 README (``OUT/posenc-instructor-notebooks.zip``): the teacher's answer key, which the
@@ -465,6 +472,8 @@ def convert(
                 cell["source"] = f"# @title {title} (double-click to show the code)\n"
                 cell["source"] = [cell["source"]] + source.splitlines(keepends=True)
                 cell["metadata"]["cellView"] = "form"
+                # and Jupyter (Lab, Notebook 7) folds its code the same way
+                cell["metadata"].setdefault("jupyter", {})["source_hidden"] = True
             cells.append(cell)
             caption = cell.get("metadata", {}).get("mystnb", {}).get("figure", {})
             if caption.get("caption"):
@@ -600,6 +609,26 @@ def instructor_zip(out_dir: pathlib.Path, entries: list[str]) -> pathlib.Path:
         for entry in entries:
             archive.write(out_dir / f"{entry}.ipynb", f"{entry}.ipynb")
     return path
+
+
+def serve_downloads(html: pathlib.Path, out_dir: pathlib.Path = OUT) -> list[str]:
+    """Make each chapter page's download button (sphinx-book-theme's "Download →
+    .ipynb", a link to ``_sources/<entry>.ipynb``, which Sphinx copies from the
+    authoring source: MyST roles, directive fences, solutions open) serve this
+    edition's notebook instead: the page as it reads, numbers glued, exercises
+    numbered, solutions folded, and the same notebook its Colab button opens. Run
+    after the site build and this edition (tools/build/site.py); returns the
+    entries replaced."""
+    served = []
+    for entry in toc.notebook_entries():
+        source = out_dir / f"{entry}.ipynb"
+        target = html / "_sources" / f"{entry}.ipynb"
+        if not source.exists():
+            raise SystemExit(f"{source}: no Colab edition to serve (build it first)")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(source.read_bytes())
+        served.append(entry)
+    return served
 
 
 def add_value_arguments(parser: argparse.ArgumentParser) -> None:

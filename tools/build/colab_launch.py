@@ -6,7 +6,9 @@ the rest of the site and as every notebook's install cell (``git+URL@main``), wi
 setting for Colab alone. The Colab edition (tools/build/colab_edition.py) is published
 on its own branch (``colab``, see tools/README.md) at the repository's own paths, so
 the button only needs its branch changed. This extension does that after the theme has
-made the button (``html-page-context``, later priority than the theme's 501).
+made the button (``html-page-context``, later priority than the theme's 501). It also
+retitles the download menu's ``.ipynb`` entry, which serves the Colab edition too
+(``colab_edition.serve_downloads``).
 
 Enable it in _config.yml once the branch is published (before, the button would open
 a branch that does not exist):
@@ -49,10 +51,30 @@ def _retarget(buttons: list, branch: str) -> int:
     return changed
 
 
+DOWNLOAD_TOOLTIP = "Download this page as a notebook (its Colab edition)"
+
+
+def _retitle_download(buttons: list) -> int:
+    """The download menu's ``.ipynb`` entry serves the Colab edition
+    (``colab_edition.serve_downloads``), not the page's source: say so."""
+    changed = 0
+    for button in buttons:
+        if not isinstance(button, dict):
+            continue
+        if button.get("label") == "download-source-button" and str(
+            button.get("url", "")
+        ).endswith(".ipynb"):
+            button["tooltip"] = DOWNLOAD_TOOLTIP
+            changed += 1
+        changed += _retitle_download(button.get("buttons", []))
+    return changed
+
+
 def retarget_colab_button(app, pagename, templatename, context, doctree) -> None:
     branch = app.config.colab_branch
     if branch:
         _retarget(context.get("header_buttons", []), branch)
+    _retitle_download(context.get("header_buttons", []))
 
 
 def setup(app):

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from tools.build import generated, session_bundles
+from tools.build import colab_edition, generated, session_bundles
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = ROOT / "_build"
@@ -118,6 +118,11 @@ def main() -> int:
     result = subprocess.run(
         [sys.executable, "-m", "tools.build.colab_edition"], cwd=ROOT
     )
+    if result.returncode == 0:
+        # each chapter page's "Download → .ipynb" serves that edition, not the MyST
+        # source Sphinx copied into _sources/
+        served = colab_edition.serve_downloads(BUILD / "html", BUILD / "colab")
+        print(f"[build] {len(served)} pages' downloads serve the Colab edition")
     return result.returncode
 
 

@@ -8,6 +8,8 @@ they cannot drift from them.
     python -m tools.build.slides --guide          # (re)write the guide's generated
                                                   # blocks (book/teaching/guide.md)
     python -m tools.build.slides --guide --check  # exit 1 when they are out of date
+    python -m tools.build.slides --measure-outputs  # after a build: the printed lines
+                                                  # the reading time counts
 
 A session is a part of ``_toc.yml``, split where the class plan,
 ``book/teaching/sessions.yml`` (data beside the guide; its schema at its top), starts a
@@ -57,17 +59,19 @@ made there would reach the site one build late). What goes on a slide is chosen 
 by hand-written rules (no maintained tool makes slides from MyST chapters); the
 rendering is nbconvert's and reveal.js's.
 
-The guide's per-session facts (reading time, with the reading the plan marks optional
+The guide's per-session facts (reading time, estimated by ``reading_units`` and
+``READING_COSTS`` from what the pages show, with the reading the plan marks optional
 left out and stated beside it, at most ``MAX_READING`` minutes; run time; slides; the
 session's zip of student notebooks, ``tools/build/session_bundles.py``; demo cells;
 exercises; the self-checking ones) are generated into book/teaching/guide.md between
-markers, with the ``generated_page`` pattern; tests/test_slides.py checks them and the
-decks.
+markers, with the ``generated_page`` pattern, and so is the guide's table of the
+reading costs and their calibration; tests/test_slides.py checks them and the decks.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
 import pathlib
@@ -92,8 +96,43 @@ FIGURES = 4  # figures per chapter at most
 NUMBERS = 6  # sentences of measured numbers per chapter at most
 FORMULAS = 3  # display formulas per slide at most
 LEAD = 300  # characters of a formula's lead-in, at most (its last clauses)
-WORDS_PER_MINUTE = 150  # technical prose, read with its formulas
+WORDS_PER_MINUTE = 150  # technical prose (its formulas and code priced apart)
 MAX_READING = 60  # minutes of required reading per session, at most
+# The reading time: what a page shows a student, each unit at a stated cost in
+# minutes (``reading_units`` counts them; the guide prints this table). Prose alone
+# at 150 words a minute (the guide's estimate until November 2026) gave 34 minutes
+# for session 4 and 59 for session 6 where a student who read them start to finish
+# estimated about 1 h 45 min and 2 h 20 min (plus the exercises, which are class
+# time). Prose keeps its 150 words a minute; the split among the other units is a
+# judgement (a formula or a line of code reads more slowly than a word: an inline
+# symbol a few seconds, a display half a minute, a code line as long as a short
+# sentence, a figure a minute), and their common scale is the least-squares fit to
+# the two estimates, rounded: these chapters, read in full, cost what the student
+# estimated within 5 % (``CALIBRATION``; tests/test_slides.py keeps it within 15 %
+# as the chapters change). One student's estimate, not a measurement: calibrate
+# again when better data come.
+READING_COSTS: dict[str, tuple[float, str]] = {
+    "words": (1 / WORDS_PER_MINUTE, "a word of prose (150 words a minute)"),
+    "display": (30 / 60, "a displayed formula (30 s)"),
+    "inline": (3.5 / 60, "an inline formula or symbol (3.5 s)"),
+    "code": (2.2 / 60, "a line of code the page shows (2.2 s)"),
+    "output": (1 / 60, "a line of printed output (1 s)"),
+    "figures": (1.0, "a figure with its caption (1 min)"),
+    "exercises": (0.5, "an exercise's statement (30 s; solving it is class time)"),
+}
+# the chapters a student read in full, and the minutes they estimated (issue 49)
+CALIBRATION: dict[tuple[str, ...], int] = {
+    ("book/part3/context_length", "book/part3/rope", "book/part3/extending_rope"): 105,
+    (
+        "book/part4/cope",
+        "book/part4/forgetting_transformer",
+        "book/part4/path_attention",
+    ): 140,
+}
+# the printed lines of each code cell of each chapter (by cell id), measured from a
+# build's executed notebooks: python -m tools.build.slides --measure-outputs
+OUTPUT_LINES = RESULTS / "reading" / "output_lines.json"
+INLINE_MATH = re.compile(r"(?<![\\$])\$(?!\$)[^$\n]+?\$(?!\$)|\{math\}`[^`]*`")
 DISPLAY = re.compile(
     r"^\$\$(?P<tex>.+?)\$\$[ \t]*(?:\([\w:.-]+\))?[ \t]*$", re.M | re.S
 )
@@ -130,6 +169,11 @@ class PlanError(SystemExit):
 def _count(n: int, noun: str) -> str:
     """'the 3 notebooks', 'the notebook': a count the guide's lines can say."""
     return f"the {noun}" if n == 1 else f"the {n} {noun}s"
+
+
+def _plural(n: int, noun: str) -> str:
+    """'1 figure', '3 figures'."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def load_plan(path: pathlib.Path | None = None) -> dict[str, Plan]:
@@ -291,6 +335,87 @@ def word_count(entry: str, skip: set[int] | frozenset = frozenset()) -> int:
         text = re.sub(r"^:[\w-]+:.*$|^(`{3,}|:{3,}).*$", " ", text, flags=re.M)
         words += len(re.findall(r"[A-Za-z0-9][\w'’.-]*", text))
     return words
+
+
+def _output_lines() -> dict[str, dict[str, int]]:
+    if "data" not in _OUTPUTS:
+        path = OUTPUT_LINES
+        _OUTPUTS["data"] = json.loads(path.read_text()) if path.exists() else {}
+    return _OUTPUTS["data"]
+
+
+_OUTPUTS: dict = {}
+
+
+def printed_lines(outputs: list) -> int:
+    """The lines a code cell's outputs print as text (streams, plain results, error
+    messages); an image or an interactive figure is a figure, not lines."""
+
+    def count(text) -> int:
+        return len(("".join(text) if isinstance(text, list) else text).splitlines())
+
+    lines = 0
+    for out in outputs:
+        data = out.get("data", {})
+        if out.get("output_type") == "stream":
+            lines += count(out.get("text", ""))
+        elif out.get("output_type") == "error":
+            lines += 1 + count(out.get("evalue", ""))
+        elif data and not any(k.startswith("image/") or k == "text/html" for k in data):
+            lines += count(data.get("text/plain", ""))
+    return lines
+
+
+def measure_output_lines(executed) -> dict[str, dict[str, int]]:
+    """Each chapter's printed lines per code cell (by cell id), from a build's
+    executed notebooks (or the execution cache): what ``OUTPUT_LINES`` holds."""
+    out = {}
+    for entry in toc.notebook_entries():
+        cells = cells_executed(entry, executed)
+        if not cells:
+            raise SystemExit(f"{entry}: no executed notebook (build the site first)")
+        out[entry] = {
+            c["id"]: n
+            for c in cells
+            if c["cell_type"] == "code" and (n := printed_lines(c.get("outputs", [])))
+        }
+    return out
+
+
+def reading_units(
+    entry: str, skip: set[int] | frozenset = frozenset()
+) -> collections.Counter:
+    """What the chapter's page shows a reader, counted in the units of
+    ``READING_COSTS``: its prose words (``word_count``), display and inline formulas
+    and exercises (Markdown, solutions left out), the lines of code it shows (cells
+    removed from the page and solutions left out), their printed lines
+    (``OUTPUT_LINES``) and its captioned figures; the cells of ``skip`` left out."""
+    units: collections.Counter = collections.Counter()
+    printed = _output_lines().get(entry, {})
+    for index, cell in enumerate(_cells(entry)):
+        tags = cell.get("metadata", {}).get("tags", [])
+        if index in skip or "solution" in tags:
+            continue
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            text = colab_edition.CODE_FENCE.sub(" ", SOLUTION.sub(" ", text))
+            units["display"] += len(DISPLAY.findall(text))
+            units["display"] += len(MATH_DIRECTIVE.findall(text))
+            text = MATH_DIRECTIVE.sub(" ", DISPLAY.sub(" ", text))
+            units["inline"] += len(INLINE_MATH.findall(text))
+            units["exercises"] += len(re.findall(r"^`{3,}\{exercise\}", text, re.M))
+        elif "remove-cell" not in tags:
+            units["code"] += sum(1 for line in text.splitlines() if line.strip())
+            units["output"] += printed.get(cell.get("id", ""), 0)
+            figure = cell.get("metadata", {}).get("mystnb", {}).get("figure", {})
+            units["figures"] += bool(figure.get("caption"))
+    units["words"] = word_count(entry, skip)
+    return units
+
+
+def reading_cost(units: collections.Counter) -> float:
+    """Minutes to read what ``units`` counts, at the costs of ``READING_COSTS``."""
+    return sum(READING_COSTS[unit][0] * n for unit, n in units.items())
 
 
 def sections(entry: str) -> list[dict]:
@@ -712,17 +837,28 @@ def optional_cells(session: Session) -> dict[str, set[int]]:
     return out
 
 
-def reading_words(session: Session) -> tuple[int, int]:
-    """The words of the session's reading: required, and optional."""
+def reading(session: Session) -> tuple[collections.Counter, collections.Counter]:
+    """What the session's reading shows (``reading_units``): required, and
+    optional."""
     optional = optional_cells(session)
-    total = sum(word_count(e) for e in session.chapters)
-    required = sum(word_count(e, optional.get(e, set())) for e in session.chapters)
+    total: collections.Counter = collections.Counter()
+    required: collections.Counter = collections.Counter()
+    for entry in session.chapters:
+        total.update(reading_units(entry))
+        required.update(reading_units(entry, optional.get(entry, set())))
     return required, total - required
 
 
+def reading_words(session: Session) -> tuple[int, int]:
+    """The words of the session's prose: required, and optional."""
+    required, optional = reading(session)
+    return required["words"], optional["words"]
+
+
 def reading_minutes(session: Session) -> int:
-    """Minutes of required reading (optional sections and chapters left out)."""
-    return round(reading_words(session)[0] / WORDS_PER_MINUTE)
+    """Minutes of required reading (optional sections and chapters left out), at the
+    costs of ``READING_COSTS``."""
+    return round(reading_cost(reading(session)[0]))
 
 
 def run_seconds(session: Session) -> tuple[float, list[str]]:
@@ -962,7 +1098,7 @@ def self_checking(entry: str) -> list[int]:
 def reading_line(session: Session) -> str:
     """The guide's reading line: the required minutes, the words they are counted
     from, and the optional reading with its minutes."""
-    required, extra = reading_words(session)
+    required, extra = reading(session)
     minutes = reading_minutes(session)
     if minutes > MAX_READING:
         raise SystemExit(
@@ -972,12 +1108,16 @@ def reading_line(session: Session) -> str:
     plan = session.plan
     whole = [e for e, start in plan.optional if not start] if plan else []
     chapters = [e for e in session.chapters if e not in whole]
+    formulas = required["display"] + required["inline"]
     line = (
-        f"- **Reading**: about {minutes} minutes ({required} words of prose in "
-        f"{_count(len(chapters), 'chapter')}, at "
-        f"{WORDS_PER_MINUTE} words a minute)"
+        f"- **Reading**: about {minutes} minutes ({required['words']} words of prose, "
+        f"{_plural(formulas, 'formula')} ({required['display']} displayed), "
+        f"{_plural(required['code'], 'line')} of code and {required['output']} of "
+        f"printed output, {_plural(required['figures'], 'figure')} and "
+        f"{_plural(required['exercises'], 'exercise')} in "
+        f"{_count(len(chapters), 'chapter')}, at the costs above)"
     )
-    if not extra:
+    if not +extra:
         return line + "."
     parts = [_guide_link(e) for e in whole]
     for entry in dict.fromkeys(e for e, start in plan.optional if start):
@@ -988,7 +1128,7 @@ def reading_line(session: Session) -> str:
         ]
         parts.append(f"in {_guide_link(entry)}: " + ", ".join(heads))
     return (
-        line + f"; **optional**, about {round(extra / WORDS_PER_MINUTE)} minutes "
+        line + f"; **optional**, about {round(reading_cost(extra))} minutes "
         "more: " + "; ".join(parts) + "."
     )
 
@@ -1050,8 +1190,60 @@ def session_facts(session: Session) -> str:
     return "\n".join(lines) + "\n"
 
 
+COSTS_BLOCK = re.compile(
+    r"(?P<open><!-- reading costs: generated by tools/build/slides.py[^\n]*-->\n)"
+    r".*?(?P<close><!-- end of reading costs -->)",
+    re.S,
+)
+
+
+def calibration_lines() -> list[str]:
+    """Each calibration's chapters: the student's estimate beside this estimator's."""
+    numbers = chapter_numbers()
+    lines = []
+    for chapters, minutes in CALIBRATION.items():
+        units: collections.Counter = collections.Counter()
+        for entry in chapters:
+            units.update(reading_units(entry))
+        names = ", ".join(str(numbers[e]) for e in chapters)
+        lines.append(
+            f"chapters {names} in full: about {minutes // 60} h {minutes % 60:02d} "
+            f"min estimated by a student who read them, {round(reading_cost(units))} "
+            "minutes here"
+        )
+    return lines
+
+
+def reading_costs() -> str:
+    """The guide's table of the reading costs and their calibration."""
+    rows = [
+        f"| {what.split(' (')[0]} | {what.split(' (', 1)[1].rstrip(')')} |"
+        for _, what in READING_COSTS.values()
+    ]
+    return (
+        "| each | costs |\n|---|---|\n"
+        + "\n".join(rows)
+        + "\n\nThe printed lines are those of the last build "
+        f"(`{OUTPUT_LINES.relative_to(ROOT)}`); solutions and cells hidden on the "
+        "page are not counted. Calibration: "
+        + "; ".join(calibration_lines())
+        + ". One student's estimate, not a measurement: the costs are a judgement "
+        "of how much slower a formula or a line of code reads than a word, scaled "
+        "to it.\n"
+    )
+
+
 def render_guide() -> str:
     text = GUIDE.read_text()
+    text, found = COSTS_BLOCK.subn(
+        lambda m: m.group("open") + reading_costs() + m.group("close"), text
+    )
+    if not found:
+        raise SystemExit(
+            f"{GUIDE.name} has no block for the reading costs: add '<!-- reading "
+            "costs: generated by tools/build/slides.py, do not edit -->' and "
+            "'<!-- end of reading costs -->'"
+        )
     by_number = {s.number: s for s in sessions()}
     seen = set()
 
@@ -1081,6 +1273,11 @@ def main() -> int:
     parser.add_argument("--allow-missing", action="store_true")
     parser.add_argument("--guide", action="store_true", help="the guide's blocks")
     parser.add_argument("--check", action="store_true", help="with --guide")
+    parser.add_argument(
+        "--measure-outputs",
+        action="store_true",
+        help=f"write {OUTPUT_LINES.relative_to(ROOT)} from the executed notebooks",
+    )
     args = parser.parse_args()
     if args.guide:
         return generated_page.main(GUIDE, render_guide, "slides --guide")
@@ -1091,6 +1288,12 @@ def main() -> int:
     )
     if not args.executed and not executed.exists():
         executed = None  # the execution cache
+    if args.measure_outputs:
+        OUTPUT_LINES.parent.mkdir(parents=True, exist_ok=True)
+        data = measure_output_lines(executed)
+        OUTPUT_LINES.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {OUTPUT_LINES.relative_to(ROOT)}: {len(data)} chapters")
+        return 0
     build(pathlib.Path(args.out), executed, args.allow_missing)
     return 0
 
