@@ -279,10 +279,10 @@ def test_fused_forms_equal_the_hooks_forward_and_backward(
     and of every parameter, causal in token order (where the forms are used), then
     with gaps and a caller's mask (where they are not, or the call is refused).
     Half precision included: the key term in two columns (``bias_columns``)."""
-    from posenc_lib.backends import fused
+    from posenc_lib.backends import band_bias, key_bias
 
-    monkeypatch.setattr(fused, "KEY_BIAS_BLOCK", 4)
-    monkeypatch.setattr(fused, "BAND_BLOCK", 4)
+    monkeypatch.setattr(key_bias, "BLOCK", 4)
+    monkeypatch.setattr(band_bias, "BLOCK", 4)
     for module in (pl.encodings.stick_breaking, pl.encodings.cope, pl.encodings.wall):
         monkeypatch.setattr(module, "BLOCK", 4, raising=False)
         monkeypatch.setattr(module, "BLOCK_OFF_CPU", 4, raising=False)
