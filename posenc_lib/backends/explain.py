@@ -45,12 +45,15 @@ def explain_path(
 ) -> PathChoice:
     """What ``attention`` runs for a call of ``model`` (an encoding, a
     ``MultiHeadAttention`` or a ``TinyTransformer``: its ``pe``), on ``positions``
-    (from ``pl.prepare``) or on ``n`` tokens at ``0 .. n - 1`` (``causal``, ``mask``),
-    with q, k, v of ``dtype``, on ``path``, and why no other path or form runs it."""
+    (from ``pl.prepare``) or on ``n`` tokens at ``0 .. n - 1`` (``causal``, ``mask``;
+    on the model's device), with q, k, v of ``dtype``, on ``path``, and why no other
+    path or form runs it."""
     pe = getattr(model, "pe", model)
-    if positions is None:
+    if positions is None:  # on the model's device
+        held = [*model.parameters(), *model.buffers()]
+        device = held[0].device if held else None
         inputs = pe.example_inputs(1, n) or None
-        positions = prepare(pe, 1, 1, n, n, None, None, causal, mask, inputs)
+        positions = prepare(pe, 1, 1, n, n, None, None, causal, mask, inputs, device)
     not_taken: dict[str, str] = {}
     for name, backend in (("fast", fused), ("flex", flex)):
         why = backend.refuses(pe, return_weights, positions)
