@@ -17,7 +17,7 @@ from typing import Mapping
 
 import torch
 
-from .backends import BACKENDS
+from .backends import BACKENDS, PATHS, SAME_PATH
 from .base import Context, PositionalEncoding
 from .positions import Positions, as_positions, check_prepared, prepare, prepare_step
 from .registry import as_encoding
@@ -32,8 +32,6 @@ __all__ = [
     "PATHS",
 ]
 
-PATHS = ("auto", "fast", "slow", "flex", "reference", "fused")
-SAME_PATH = {"reference": "slow", "fused": "fast"}  # the names that say what runs
 _NO_PE = PositionalEncoding()
 
 

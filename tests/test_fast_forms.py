@@ -132,6 +132,9 @@ def test_the_paths_named_for_what_runs_are_the_old_ones(new, old):
     mha = pl.MultiHeadAttention(32, 4, "alibi")
     x = torch.randn(2, 9, 32)
     assert torch.equal(mha(x, causal=True, path=new), mha(x, causal=True, path=old))
+    assert pl.explain_path(mha, path=new) == pl.explain_path(mha, path=old)
+    with pytest.raises(ValueError, match="path must be one of"):
+        pl.explain_path(mha, path="bogus")
 
 
 def test_the_layer_module_reaches_the_cache_without_a_type_checking_import():

@@ -13,8 +13,11 @@ contract test holds every backend equal to the reference for every encoding.
 """
 
 from . import flex, forms, fused
-from .explain import PathChoice, explain_path
+from .explain import PATHS, SAME_PATH, PathChoice, explain_path
 
 BACKENDS = {"fast": fused, "flex": flex}
 
-__all__ = ["BACKENDS", "PathChoice", "explain_path", "flex", "forms", "fused"]
+__all__ = [
+    "BACKENDS", "PATHS", "SAME_PATH", "PathChoice", "explain_path", "flex", "forms",
+    "fused",
+]  # fmt: skip

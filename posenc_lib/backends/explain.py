@@ -15,12 +15,15 @@ from ..positions import Positions, prepare
 from . import flex, fused
 from .forms import Call, choose
 
+PATHS = ("auto", "fast", "slow", "flex", "reference", "fused")  # attention's path=
+SAME_PATH = {"reference": "slow", "fused": "fast"}  # the names that say what runs
+
 
 class PathChoice(NamedTuple):
-    """``path``: "slow" (the reference), "fast" or "flex"; ``form``: what runs
-    ("reference", "flex", or the fused backend's first form that takes the call,
-    which runs it when its hook returns a tensor for it); ``not_taken``: for every
-    other path and form, why not."""
+    """``path``: "slow" (the reference), "fast" (the fused backend) or "flex";
+    ``form``: what runs ("reference", "flex", or the fused backend's first form that
+    takes the call, which runs it when its hook returns a tensor for it);
+    ``not_taken``: for every other path and form, why not."""
 
     path: str
     form: str
@@ -48,6 +51,9 @@ def explain_path(
     (from ``pl.prepare``) or on ``n`` tokens at ``0 .. n - 1`` (``causal``, ``mask``;
     on the model's device), with q, k, v of ``dtype``, on ``path``, and why no other
     path or form runs it."""
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    path = SAME_PATH.get(path, path)
     pe = getattr(model, "pe", model)
     if positions is None:  # on the model's device
         held = [*model.parameters(), *model.buffers()]
