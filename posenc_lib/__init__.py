@@ -18,12 +18,13 @@ D model dim.
 """
 
 from .attention import (
-    MultiHeadAttention,
     as_positions,
     attention,
     prepare,
     reference_attention,
 )
+from .backends import explain_path
+from .layer import MultiHeadAttention
 from .base import FOUR_TERMS, HOOKS, Context, PositionalEncoding
 from .cache import KVCache
 from .data import CharCorpus, MarkovSource, copy_offset_batch, stdlib_corpus
@@ -78,6 +79,7 @@ __all__ = [
     "as_positions",
     "prepare",
     "reference_attention",
+    "explain_path",
     "Positions",
     "count_host_syncs",
     "PositionalEncoding",

@@ -35,10 +35,12 @@ written as if the context did not exist.
 from __future__ import annotations
 
 import inspect
-from typing import Callable, ClassVar, Mapping
+from typing import Callable, ClassVar
 
 import torch
 from torch import nn
+
+from .context import Context
 
 __all__ = [
     "PositionalEncoding",
@@ -72,11 +74,9 @@ def _autocast_on(device_type: str) -> bool:
 # checked against the encoding's parameters there (later hooks see float32 scores).
 _INPUT_HOOKS = frozenset({"encode_input", "transform_qk", "score_bias"})
 
-# Optional second forms of hooks, for the fast backends (the registry contract holds
-# each equal to the hooks it restates): FlexAttention's score_mod; a score_bias that
-# is a term of the key alone (FoX), or of the distance alone and constant beyond a
-# band (T5); the extra softmax logits of attention sinks; and an encoding's own
-# algorithm for a causal call in token order (stick-breaking's, CoPE's).
+# Optional second forms of hooks, for the fast backends: FlexAttention's score_mod,
+# and the fused backend's forms (``backends/forms.py``: its table says which runs a
+# call; the registry contract holds each equal to the hooks it restates).
 FAST_FORMS: tuple[str, ...] = (
     "score_mod", "key_bias", "band_bias", "sink_logits", "causal_attention",
 )  # fmt: skip
@@ -98,50 +98,6 @@ HOOKS: tuple[str, ...] = (
 SCORE_PATH_HOOKS: tuple[str, ...] = (
     "transform_scores", "attention_weights", "value_bias",
 )  # fmt: skip
-
-
-class Context:
-    """What one attention call knows beyond the hooks' positional arguments; any
-    field may be ``None`` where the caller does not have it.
-
-    ``x`` ``(b, i, D)`` the layer input; ``q`` ``(b, h, i, d)`` and ``k``
-    ``(b, h, j, d)`` after ``transform_qk``; ``v`` ``(b, h, j, e)`` after
-    ``transform_v``; ``mask``
-    ``(b|1, 1|h, i, j)`` bool, True = may attend (``None``: every key visible);
-    ``causal``; ``inputs``, the named side inputs; ``positions``, the forward pass's
-    ``Positions`` (shared by every layer).
-    """
-
-    __slots__ = ("x", "q", "k", "v", "causal", "inputs", "positions", "_mask")
-
-    def __init__(self, x=None, q=None, k=None, v=None, mask=None, causal=False,
-                 inputs: Mapping | None = None, positions=None):  # fmt: skip
-        self.x, self.q, self.k, self.v, self._mask = x, q, k, v, mask
-        self.causal, self.inputs = causal, dict(inputs or {})
-        self.positions = positions
-
-    @property
-    def mask(self) -> torch.Tensor | None:
-        if self._mask is None and self.positions is not None:
-            return self.positions.mask  # built on first use, once per forward
-        return self._mask
-
-    def replace(self, **fields) -> "Context":
-        """A copy with ``fields`` changed (``q``, ``k``, ``v`` after the transforms)."""
-        names = ("x", "q", "k", "v", "causal", "inputs", "positions")
-        kept = {name: getattr(self, name) for name in names}
-        return Context(mask=self._mask, **{**kept, **fields})
-
-    def need(self, name: str, who: str) -> torch.Tensor:
-        """The field ``name``, or a ``ValueError`` saying that ``who`` needs it."""
-        value = getattr(self, name)
-        if value is None:
-            how = {"x": "pass x= to attention(), or call it through MultiHeadAttention"}
-            raise ValueError(
-                f"{who} reads ctx.{name}, which this call did not provide"
-                + (f": {how[name]}" if name in how else "")
-            )
-        return value
 
 
 class PositionalEncoding(nn.Module):
@@ -304,35 +260,24 @@ class PositionalEncoding(nn.Module):
     def key_bias(
         self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
     ) -> torch.Tensor | None:
-        """``None``, or ``score_bias`` restated as a term of the key alone, for the
-        fused backend: ``w`` ``(b|1, h|1, j)`` such that, on every key j that query i
-        sees under a causal mask in token order, ``score_bias_ij = u_i + w_j`` for some
-        term ``u_i`` of the query alone. The softmax of a row ignores ``u_i``, so the
-        fused kernel takes ``w`` as one more dimension of the keys (and a constant
-        one of the queries): no ``(i, j)`` tensor, in the forward pass or the
-        backward. FoX: ``c_i - c_j`` gives ``w_j = -c_j``.
-
-        Return it in float64 where the encoding can: the backend subtracts, per block
-        of queries, its value at the block, and rounds the difference (what matters,
-        for the keys near the queries) once. Used only for causal calls in token order
-        with no other mask, and float32, float64 or bfloat16 q, k, v
-        (``backends.fused.KEY_BIAS_DTYPES``; float16's range is too short for the key
-        term of a long sequence); ``score_bias`` serves every other call."""
+        """``None``, or ``score_bias`` restated as a term of the key alone: ``w``
+        ``(b|1, h|1, j)`` such that, on every key j that query i sees under a causal
+        mask in token order, ``score_bias_ij = u_i + w_j`` for some term ``u_i`` of
+        the query alone (FoX: ``c_i - c_j`` gives ``w_j = -c_j``). Return it in
+        float64 where the encoding can (the form recentres it per block of queries).
+        The fused backend runs it as one more dimension of q and k
+        (``backends/key_bias.py``, which says for which calls and dtypes)."""
         return None
 
     def band_bias(
         self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
     ) -> torch.Tensor | None:
         """``None``, or ``score_bias`` restated as a function of the distance alone,
-        constant beyond a band, for the fused backend: ``c`` ``(h|1, W + 1)`` such
-        that, on every key j that query i sees under a causal mask in token order
-        over a run of positions, ``score_bias_ij = u_i + c[:, i - j]`` for
-        ``i - j < W`` and ``u_i + c[:, W]`` for ``i - j >= W`` (T5: its last bucket
-        holds every distance from W on). The softmax of a row ignores a constant, so
-        the kernel sees ``c[:, r] - c[:, W]``: 0 beyond the band, and the bias's
-        gradient is summed over the ``W`` diagonals near the queries only. Used only
-        for causal calls in token order over a run, with no other mask, and float32
-        or float64 q, k, v; ``score_bias`` serves every other call."""
+        constant beyond a band: ``c`` ``(h|1, W + 1)`` such that, on every key j that
+        query i sees under a causal mask in token order over a run of positions,
+        ``score_bias_ij = u_i + c[:, min(i - j, W)]`` (T5: its last bucket holds
+        every distance from W on). The fused backend runs it as a band mask
+        (``backends/band_bias.py``, which says for which calls)."""
         return None
 
     def causal_attention(
@@ -345,11 +290,9 @@ class PositionalEncoding(nn.Module):
     ) -> torch.Tensor | None:
         """``None``, or the whole attention ``(b, h, i, e)`` of a causal call in token
         order (query t sees keys ``0 .. t + j - i``, positions a run, no other mask),
-        computed by an algorithm of the encoding's own (stick-breaking's and CoPE's:
-        blocks of queries, each recomputed in the backward pass, memory
-        ``O(n * block)``). q and k come after ``transform_qk``; ``scale`` is the
-        call's. It must equal the hooks it restates, outputs and gradients (the
-        registry contract checks it); every other call runs the hooks."""
+        by an algorithm of the encoding's own (stick-breaking's, CoPE's: blocks of
+        queries recomputed in the backward pass), q and k after ``transform_qk``,
+        equal to the hooks it restates (``backends/own.py``)."""
         return None
 
     def sink_logits(self) -> torch.Tensor | None:
@@ -365,22 +308,18 @@ class PositionalEncoding(nn.Module):
         """True when a hook of ``SCORE_PATH_HOOKS`` (after ``score_bias``, before the
         output's ``transform_out``) is overridden, so the fused kernel cannot be
         used (an ``attention_weights`` that ``sink_logits`` restates is
-        run by the kernel, with one more key). An encoding with a
-        ``causal_attention`` still runs that on the fused path for the calls it
-        serves (``runs_fused``)."""
+        run by the kernel, with one more key)."""
         late = [hook for hook in SCORE_PATH_HOOKS if overrides(self, hook)]
         if late == ["attention_weights"] and overrides(self, "sink_logits"):
             return False
         return bool(late)
 
     def runs_fused(self, pos) -> bool:
-        """Whether the fused backend runs this call (``pos``: its ``Positions``): no
-        hook past ``score_bias``, or a ``causal_attention`` and a causal call in token
-        order over a run with no other mask."""
-        if not self.needs_score_path:
-            return True
-        own = overrides(self, "causal_attention")
-        return own and pos.ordered and pos.user_mask is None
+        """Whether the fused backend runs this call (``pos``: its ``Positions``), as
+        its table of forms decides (``pl.explain_path`` says which form, and why)."""
+        from .backends import fused  # the backends build on this module
+
+        return fused.refuses(self, False, pos) is None
 
     def example_positions(
         self, b: int, n: int, generator: torch.Generator | None = None

@@ -14,7 +14,7 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention
+from .layer import MultiHeadAttention
 from .base import Context, PositionalEncoding, overrides
 from .cache import KVCache
 from .positions import Positions, prepare, prepare_step

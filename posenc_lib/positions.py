@@ -351,3 +351,13 @@ def prepare_step(pe, cache, b: int, h: int, n: int, pos, mask, device) -> Positi
     return prepare(
         pe, b, h, n, keys.shape[1], new, keys, True, mask, None, device, ("pos", "pos")
     )
+
+
+def check_prepared(positions, integer_args: str) -> None:
+    """``positions=`` takes what ``prepare`` returns, not integer positions."""
+    if positions is not None and not isinstance(positions, Positions):
+        raise TypeError(
+            "positions= takes the Positions that pl.prepare(...) returns, prepared "
+            f"once for every layer of a model; got a {type(positions).__name__}: "
+            f"pass integer positions as {integer_args}"
+        )

@@ -339,3 +339,20 @@ def check_qkv(q, k, v, scale: float, x=None) -> tuple[int, int, int, int]:
             f"{torch.finfo(work).max:.3g}; scale q and k down (e.g. normalise them)"
         )
     return b, h, i, k.shape[2]
+
+
+def check_layout(t, pos, name: str, pe) -> None:
+    """Refuse ``t`` in Hugging Face's ``(b, n, h, d)`` layout when its positions tell:
+    their length is ``t``'s dim 1, not its dim 2 (the sequence here)."""
+    if not (is_4d(t) and isinstance(pos, torch.Tensor)) or pe.coord_axes is not None:
+        return
+    fits = pos.dim() == 1 or (pos.dim() == 2 and pos.shape[0] in (1, t.shape[0]))
+    n = pos.shape[-1] if fits else None  # (n,) or (1|b, n)
+    if n == t.shape[1] != t.shape[2]:
+        raise ValueError(
+            f"{name}_pos has {n} positions, the size of {name}'s dim 1, but "
+            f"{name} {tuple(t.shape)} holds positions on dim 2: it looks like "
+            "(b, n, h, d), heads after positions (Hugging Face's projections before "
+            f".transpose(1, 2)); attention takes (b, h, n, d): pass "
+            f"{name}.transpose(1, 2)"
+        )

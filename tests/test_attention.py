@@ -154,7 +154,7 @@ def test_bad_attention_inputs_name_the_argument():
     with pytest.raises(ValueError, match="must not outnumber"):
         pl.attention(q, k[:, :, :2], v[:, :, :2])
     with pytest.raises(ValueError, match="path must be"):
-        pl.attention(q, k, v, path="fused")
+        pl.attention(q, k, v, path="bogus")
     mha = pl.MultiHeadAttention(16, 4)
     with pytest.raises(ValueError, match=r"x must have shape \(b, n, 16\)"):
         mha(torch.randn(2, 5, 12))

@@ -476,20 +476,21 @@ def test_the_key_bias_column_is_w_minus_the_blocks_middle(monkeypatch):
     ``1/scale`` and key j gets ``w_j - w_m`` (m: the key at the block's middle
     query), so the kernel's scaled score is ``q_i . k_j * scale + w_j - w_m``, and
     its softmax over the keys a row sees is that of ``q_i . k_j * scale + w_j``."""
-    from posenc_lib.backends import fused
+    from posenc_lib.backends import key_bias
 
-    monkeypatch.setattr(fused, "KEY_BIAS_BLOCK", 4)
+    monkeypatch.setattr(key_bias, "BLOCK", 4)
     torch.manual_seed(0)
     b, h, i, j, d, scale, size = 2, 3, 10, 13, 4, 0.37, 4
     q, k, v = (torch.randn(b, h, n, d, dtype=torch.float64) for n in (i, j, j))
     w = torch.randn(b, h, j, dtype=torch.float64) * 5
     full = torch.einsum("bhid,bhjd->bhij", q, k) * scale + w[:, :, None, :]
     starts = range(0, i, size)
-    by_flash = fused._flash_blocks(q, k, v, w, scale)  # the CPU kernel's blocks
-    for start, (q2, k2, _, mask) in zip(starts, by_flash):
+    on_cpu = key_bias.KeyBiasOnCpu  # the CPU kernel's blocks
+    by_flash = on_cpu.calls(on_cpu.prepare(q, k, v, w, scale), q, k, v, w, scale)
+    for start, (_, q2, k2, _, mask) in zip(starts, by_flash):
         stop = min(start + size, i)
         seen, m = stop + j - i, (start + stop) // 2 + j - i
-        q1, k1, _ = fused._key_bias_block(q, k, v, w, start, stop, scale)
+        q1, k1, _ = key_bias.block_inputs(q, k, v, w, start, stop, scale)
         for qq, kk in ((q1, k1), (q2[..., : d + 1], k2[..., : d + 1])):
             assert_close(qq[..., d], torch.full_like(qq[..., d], 1 / scale))
             assert_close(kk[..., d], w[..., :seen] - w[..., m : m + 1])
@@ -504,16 +505,16 @@ def test_the_key_bias_column_is_w_minus_the_blocks_middle(monkeypatch):
 def test_the_cpu_kernel_leaves_the_callers_subnormal_setting(flushing):
     """The key_bias blocks run the CPU kernel with subnormals flushed (they are where
     x86 arithmetic crawls), forward and backward, and hand the thread back as it was."""
-    from posenc_lib.backends import fused
+    from posenc_lib.backends import kernel, key_bias
 
     torch.set_flush_denormal(flushing)
     try:
         q, k, v = qkv(b=1, i=40, j=40, d=8, dtype=torch.float32, grad=True)
         w = torch.randn(1, 4, 40, dtype=torch.float64) * 30
-        out = fused.key_bias_blocks(q, k, v, w, 8**-0.5)
-        assert fused._flushing() == flushing
+        out = key_bias.key_bias_blocks(q, k, v, w, 8**-0.5)
+        assert kernel.flushing() == flushing
         out.sum().backward()
-        assert fused._flushing() == flushing
+        assert kernel.flushing() == flushing
     finally:
         torch.set_flush_denormal(False)
 
@@ -544,11 +545,11 @@ def test_the_blocks_off_the_cpu_kernel_recompute_and_agree(monkeypatch, name):
     of FoX's key form and T5's band goes through scaled_dot_product_attention and is
     recomputed in the backward pass: the reference's output and gradients (the
     learned parameters' too), and memory that grows like n, not n^2."""
-    from posenc_lib.backends import fused
+    from posenc_lib.backends import band_bias, kernel, key_bias
 
-    monkeypatch.setattr(fused, "_CPU_FLASH", "no_such_kernel")
-    monkeypatch.setattr(fused, "KEY_BIAS_BLOCK", 64)
-    monkeypatch.setattr(fused, "BAND_BLOCK", 64)
+    monkeypatch.setattr(kernel, "CPU_FLASH", "no_such_kernel")
+    monkeypatch.setattr(key_bias, "BLOCK", 64)
+    monkeypatch.setattr(band_bias, "BLOCK", 64)
     torch.manual_seed(0)
     mha = pl.MultiHeadAttention(16, 2, name).double()
     learned = next(mha.pe.parameters())

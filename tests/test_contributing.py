@@ -1,7 +1,8 @@
 """CONTRIBUTING.md is true: its chapter recipe, followed end to end in a copy of the
 repository, makes a chapter that every generator, the hygiene tests, the student
 edition and the strict page build accept, touching the files it lists, and its
-removal recipe restores the copy byte for byte (``-m build``: minutes). Beside it,
+removal recipe restores the copy byte for byte (``-m build``: minutes); its fast-form
+recipe, followed likewise, makes a form that the table runs (seconds). Beside it,
 quick checks that the documents and the tools agree: the chapter template is in the
 book's exercise form, every command the documents name exists, every tool is in
 tools/README.md, and the site build runs every generator.
@@ -268,3 +269,116 @@ def test_the_chapter_recipe_end_to_end(tmp_path):
     for command in recipe("remove a chapter"):
         run(command)
     assert not changed(before, snapshot(repo)), "the removal left the copy changed"
+
+
+# ---- the fast-form recipe, end to end ------------------------------------------------
+
+QUERY_BIAS = '''"""The query-bias form: ``score_bias`` as a term of the query alone
+(``pe.query_bias``), which the softmax drops: the plain kernel, with no bias.
+
+The identity that makes it exact::
+
+    softmax_j(q_i . k_j * scale + u_i) = softmax_j(q_i . k_j * scale)
+
+Proved equal to the reference by
+``tests/test_registry.py::test_fused_forms_equal_the_hooks_forward_and_backward``.
+"""
+
+from . import sdpa
+
+NAME, HOOK = "query_bias", "query_bias"
+
+
+def why_not(pe, call):
+    return None
+
+
+def attend(q, k, v, pe, pos, ctx, scale):
+    if pe.call_hook("query_bias", q, k, pos.q, pos.k, ctx=ctx) is None:
+        return None
+    mask = None if pos.ordered and pos.user_mask is None else pos.mask
+    return sdpa.run(q, k, v, mask, scale, pos.ordered)
+'''
+
+CONTRACT_ENTRY = '''    def query_bias(self, q, k, q_pos, k_pos):
+        """``None``, or ``score_bias`` as a term ``u`` ``(b|1, h|1, i)`` of the query
+        alone (``backends/query_bias.py``)."""
+        return None
+
+    def causal_attention('''
+
+USE_IT = """
+import torch, posenc_lib as pl
+
+class QueryBias(pl.PositionalEncoding):
+    def score_bias(self, q, k, q_pos, k_pos):
+        return self.query_bias(q, k, q_pos, k_pos)[..., None]
+
+    def query_bias(self, q, k, q_pos, k_pos):
+        return (q_pos * 0.5).to(q.dtype)[:, None, :]
+
+pe = QueryBias()
+assert pl.explain_path(pe).form == "query_bias", pl.explain_path(pe)
+assert pl.explain_path(pe, causal=False).form == "query_bias"
+mha = pl.MultiHeadAttention(16, 2, pe).double()
+x = torch.randn(2, 9, 16, dtype=torch.float64, requires_grad=True)
+grads = []
+for path in ("fast", "slow"):
+    x.grad = None
+    out = mha(x, causal=True, path=path)
+    out.square().sum().backward()
+    grads.append((out, x.grad.clone()))
+for fast, slow in zip(*grads):
+    torch.testing.assert_close(fast, slow)
+"""
+
+
+def test_the_fast_form_recipe_end_to_end(tmp_path):
+    """CONTRIBUTING's "A fast form", followed in a copy of the repository: one
+    module, one table row, one contract entry make a form that the table runs,
+    ``pl.explain_path`` names and ``tests/test_fast_forms.py`` accepts, equal to the
+    reference; nothing else is touched, and the recipe names every file."""
+    recipe_text = CONTRIBUTING.split("### A fast form", 1)[1].split("\n### ", 1)[0]
+    repo = tmp_path / "repo"
+    copy_of_the_repository(repo)
+    before = snapshot(repo)
+    backends = repo / "posenc_lib" / "backends"
+    # 1. one module
+    (backends / "query_bias.py").write_text(QUERY_BIAS)
+    # 2. one table row, before the plain kernel's
+    table = (backends / "forms.py").read_text()
+    sdpa_row = "    Row(sdpa, ordered=False, kernel=True),\n"
+    assert sdpa_row in table and "from . import band_bias," in table
+    table = table.replace(sdpa_row, sdpa_row.replace("sdpa", "query_bias") + sdpa_row)
+    table = table.replace(
+        "from . import band_bias,", "from . import band_bias, query_bias,"
+    )
+    (backends / "forms.py").write_text(table)
+    # 3. one contract entry
+    base = (repo / "posenc_lib" / "base.py").read_text()
+    assert base.count('"sink_logits", "causal_attention",') == 1
+    base = base.replace(
+        '"sink_logits", "causal_attention",',
+        '"sink_logits", "query_bias", "causal_attention",',
+    )
+    base = base.replace("    def causal_attention(", CONTRACT_ENTRY, 1)
+    (repo / "posenc_lib" / "base.py").write_text(base)
+    touched = changed(before, snapshot(repo))
+    assert touched == {
+        "posenc_lib/backends/query_bias.py",
+        "posenc_lib/backends/forms.py",
+        "posenc_lib/base.py",
+    }
+    for path in ("posenc_lib/backends/<form>.py", "posenc_lib/backends/forms.py",
+                 "posenc_lib/base.py"):  # fmt: skip
+        assert f"`{path}`" in recipe_text, f"the recipe does not name {path}"
+    env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
+    for command in (
+        [sys.executable, "-c", USE_IT],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+         "no:randomly", "tests/test_fast_forms.py"],
+    ):  # fmt: skip
+        done = subprocess.run(
+            command, cwd=repo, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]

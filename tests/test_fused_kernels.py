@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 import posenc_lib as pl
-from posenc_lib.backends import fused
+from posenc_lib.backends import kernel, key_bias
 from tools.testing.fake_cuda import fake_cuda
 
 DEVICES = ["cpu", "fake-cuda"]
@@ -37,7 +37,7 @@ def test_padding_to_the_kernels_width_is_exact():
         t.requires_grad_()
     grad = torch.randn(2, 3, 7, 5, dtype=torch.float64)
     plain = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3)
-    wide = fused.aligned(q, k, v)
+    wide = kernel.aligned(q, k, v)
     assert [t.shape[-1] for t in wide] == [16, 16, 16]
     padded = F.scaled_dot_product_attention(*wide, is_causal=True, scale=0.3)
     assert_close(padded[..., :5], plain)
@@ -72,7 +72,7 @@ def test_the_gpu_kernels_get_widths_they_take(name, dtype, monkeypatch):
             mha(x, causal=True, mask=mask).float().sum().backward()
     assert widths
     for width in widths:
-        assert len(set(width)) == 1 and width[0] % fused.ALIGN == 0, widths
+        assert len(set(width)) == 1 and width[0] % kernel.ALIGN == 0, widths
 
 
 def _peak(name, n, dtype, device, autocast=False):
@@ -136,14 +136,14 @@ def test_half_precision_keeps_the_key_term_to_about_16_bits(dtype):
     term to about 2^-16 of it, and a term past the dtype's range (a far key, weight
     0 either way) is -inf with a 0 beside it, never inf - inf."""
     rel = torch.linspace(-300, 300, 1001, dtype=torch.float64)
-    one, columns = fused.bias_columns(rel, dtype, 0.125)
+    one, columns = key_bias.bias_columns(rel, dtype, 0.125)
     assert one == 1.0 and columns.shape == (1001, 2) and columns.dtype == dtype
     back = columns.double().sum(-1) * one * 0.125
     assert ((back - rel).abs() <= rel.abs() * 2**-15 + 1e-12).all()
     single = (rel / 0.125).to(dtype).double() * 0.125  # one column: much worse
     assert (single - rel).abs().max() > 100 * (back - rel).abs().max()
     far = torch.tensor([-1e300], dtype=torch.float64)
-    _, columns = fused.bias_columns(far, dtype, 0.125)
+    _, columns = key_bias.bias_columns(far, dtype, 0.125)
     assert columns[0, 0] == float("-inf") and columns[0, 1] == 0
 
 

@@ -87,13 +87,13 @@ def test_the_committed_benchmark_has_the_float_mask_each_form_replaces():
 def test_the_benchmarks_mask_path_runs_the_bias_as_a_float_mask(monkeypatch):
     """``float_mask_twin``: the same encoding and output, through the float mask (its
     form never called); None for an encoding without a form."""
-    from posenc_lib.backends import fused
+    from posenc_lib.backends import band_bias, key_bias
     from tools.measure.bench_attention import float_mask_twin
 
     assert float_mask_twin(pl.NoPE()) is None
     calls = []
-    monkeypatch.setattr(fused, "key_bias_blocks", lambda *a: calls.append(a))
-    monkeypatch.setattr(fused, "band_bias_blocks", lambda *a: calls.append(a))
+    monkeypatch.setattr(key_bias, "key_bias_blocks", lambda *a: calls.append(a))
+    monkeypatch.setattr(band_bias, "band_bias_blocks", lambda *a: calls.append(a))
     for name in ("alibi", "t5", "fox"):
         pe = pl.make_encoding(name, d_model=32, n_heads=4, max_len=64).double()
         twin = float_mask_twin(pe)

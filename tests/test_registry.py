@@ -9,12 +9,13 @@ from torch.testing import assert_close
 
 import posenc_lib as pl
 from posenc_lib.backends.flex import evaluate
+from posenc_lib.backends.forms import FORMS
 from posenc_lib.base import overrides
 
 D_MODEL, N_HEADS, MAX_LEN = 32, 4, 64
 NAMES = sorted(pl.REGISTRY)
-# second forms the fused backend runs
-FUSED_FORMS = ("key_bias", "band_bias", "sink_logits", "causal_attention")
+# second forms the fused backend runs: the hooks of its table's rows
+FUSED_FORMS = tuple(row.form.HOOK for row in FORMS if row.form.HOOK is not None)
 
 
 def build(name):
@@ -59,8 +60,8 @@ def test_hook_shapes_and_dtype(name):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("name", NAMES)
 def test_fast_path_equals_slow_path(name, causal):
-    """Where both paths exist they agree; ``needs_score_path`` says exactly when not
-    (apart from the calls an encoding's ``causal_attention`` serves)."""
+    """Where both paths exist they agree; the table of fast forms says when not
+    (``pl.explain_path``), only ever for an encoding that ``needs_score_path``."""
     pe = build(name).double()
     if pe.causal_only and not causal:
         pytest.skip(f"{name} is defined causally only (refusal tested below)")
@@ -69,8 +70,10 @@ def test_fast_path_equals_slow_path(name, causal):
     pos, inputs = example(pe, 2, 12, shift=3)
     slow = mha(x, pos, causal=causal, path="slow", inputs=inputs)
     assert torch.isfinite(slow).all()
-    own = overrides(pe, "causal_attention") and causal and pe.coord_axes is None
-    if pe.needs_score_path and not own:
+    positions = pl.prepare(pe, 2, N_HEADS, 12, 12, pos, pos, causal, None, inputs)
+    choice = pl.explain_path(mha, positions)
+    assert choice.path == "fast" or pe.needs_score_path, choice
+    if choice.path != "fast":
         with pytest.raises(ValueError, match="overrides a hook past score_bias"):
             mha(x, pos, causal=causal, path="fast", inputs=inputs)
         return
@@ -279,10 +282,10 @@ def test_fused_forms_equal_the_hooks_forward_and_backward(
     and of every parameter, causal in token order (where the forms are used), then
     with gaps and a caller's mask (where they are not, or the call is refused).
     Half precision included: the key term in two columns (``bias_columns``)."""
-    from posenc_lib.backends import fused
+    from posenc_lib.backends import band_bias, key_bias
 
-    monkeypatch.setattr(fused, "KEY_BIAS_BLOCK", 4)
-    monkeypatch.setattr(fused, "BAND_BLOCK", 4)
+    monkeypatch.setattr(key_bias, "BLOCK", 4)
+    monkeypatch.setattr(band_bias, "BLOCK", 4)
     for module in (pl.encodings.stick_breaking, pl.encodings.cope, pl.encodings.wall):
         monkeypatch.setattr(module, "BLOCK", 4, raising=False)
         monkeypatch.setattr(module, "BLOCK_OFF_CPU", 4, raising=False)

@@ -4,12 +4,20 @@ returns the reason it cannot run an encoding's call, or None) and runs it
 (``attend``); the registry
 contract test holds every backend equal to the reference for every encoding.
 
-* ``fused``: PyTorch's ``scaled_dot_product_attention`` with the bias as a float mask.
+* ``fused``: PyTorch's ``scaled_dot_product_attention``, in the fast form that the
+  table ``forms.FORMS`` chooses (one module each: ``own``, ``key_bias``,
+  ``band_bias``, ``sinks``, ``sdpa``; their block loop is ``blocks.query_blocks``).
 * ``flex``: FlexAttention, compiled, with the encoding's ``score_mod``.
+
+``explain_path`` says which of them runs a call, and why each other does not.
 """
 
-from . import flex, fused
+from . import flex, forms, fused
+from .explain import PATHS, SAME_PATH, PathChoice, explain_path
 
 BACKENDS = {"fast": fused, "flex": flex}
 
-__all__ = ["BACKENDS", "flex", "fused"]
+__all__ = [
+    "BACKENDS", "PATHS", "SAME_PATH", "PathChoice", "explain_path", "flex", "forms",
+    "fused",
+]  # fmt: skip

@@ -40,6 +40,7 @@ import warnings
 import torch
 from torch import nn
 
+from ..backends.blocks import query_blocks
 from ..base import Context, PositionalEncoding
 from ..registry import register
 from ..utils import check_finite, check_positive_int, exact_dtypes
@@ -329,8 +330,7 @@ class _CoPEBlocks(torch.autograd.Function):
         future = _future(min(size, i), q)
         padded = _padded(table)  # (P + 1, d)
         scan = _scan(q)
-        for start in range(0, i, size):
-            stop = min(start + size, i)
+        for start, stop, *_ in query_blocks(i, k.shape[1], size):
             old = i - stop  # the block sees the reversed keys old .. j - 1
             mask = future[start - stop :, : stop - start]
             omega = _block(
@@ -368,8 +368,7 @@ class _CoPEBlocks(torch.autograd.Function):
         future = _future(min(size, i), q)
         padded = _padded(table)  # (P + 1, d)
         scan = _scan(q)
-        for start in range(0, i, size):
-            stop = min(start + size, i)
+        for start, stop, *_ in query_blocks(i, k.shape[1], size):
             old = i - stop
             q_blk, d_blk, k_seen = q[:, start:stop], d_out[:, start:stop], k[:, old:]
             mask = future[start - stop :, : stop - start]

@@ -58,6 +58,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..backends.blocks import query_blocks  # (start, stop, seen, ...) per block
 from ..base import Context, PositionalEncoding
 from ..registry import register
 from ..utils import check_bool_mask
@@ -164,14 +165,6 @@ def stick_breaking_weights(
     return log_a.exp().to(scores.dtype)  # (b, h, i, j)
 
 
-def _blocks(i: int, j: int, size: int):
-    """``(start, stop, seen)`` per block of ``size`` queries: queries ``start ..
-    stop - 1`` see keys ``0 .. seen - 1`` (token order: query t is token t + j - i)."""
-    for start in range(0, i, size):
-        stop = min(start + size, i)
-        yield start, stop, stop + j - i
-
-
 def _hidden(rows: int, attend_current: bool, device) -> torch.Tensor:
     """``(rows, rows)`` bool, True where query r may not break the stick on the key
     ``m`` places before the block's last key (reversed order): the query's own token
@@ -230,7 +223,7 @@ class _StickBreakingBlocks(torch.autograd.Function):
         qw, vw = q.to(work), v.to(work)
         k_back, v_back = k.to(work).flip(2), vw.flip(2)  # (b, h, j, d|e) reversed
         out = []
-        for start, stop, seen in _blocks(
+        for start, stop, seen, *_ in query_blocks(
             i, j, block_size(q.device, i, q.shape[0] * q.shape[1])
         ):
             hidden = _hidden(stop - start, attend_current, q.device)
@@ -261,7 +254,7 @@ class _StickBreakingBlocks(torch.autograd.Function):
         dq = torch.zeros(qw.shape, dtype=work, device=q.device)  # (b, h, i, d)
         dk_back = torch.zeros(k_back.shape, dtype=work, device=k.device)  # reversed
         dv_back = torch.zeros(v_back.shape, dtype=work, device=v.device)  # reversed
-        for start, stop, seen in _blocks(
+        for start, stop, seen, *_ in query_blocks(
             i, j, block_size(q.device, i, q.shape[0] * q.shape[1])
         ):
             hidden = _hidden(stop - start, ctx.attend_current, q.device)

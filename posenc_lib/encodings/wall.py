@@ -56,8 +56,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
+from ..backends.blocks import recomputed_blocks
 from ..base import Context, PositionalEncoding
 from ..registry import register
 from ..utils import check_heads, check_positive_int, compiling
@@ -162,17 +162,10 @@ def wall_attention(q, k, v, log_g, scale: float | None = None) -> torch.Tensor:
 def _blocks(q, k, v, log_g, scale: float) -> torch.Tensor:
     """``wall_attention`` without its checks (a layer's decays pass them)."""
     g = log_g.double().cumsum(2)  # (b, h, j, d): G, float64
-    keep_nothing = torch.is_grad_enabled() and not compiling()
-    out = []
-    for start in range(0, q.shape[2], BLOCK):
-        args = (q, k, v, g, start, min(start + BLOCK, q.shape[2]), scale)
-        if keep_nothing:
-            out.append(checkpoint(_block, *args, use_reentrant=False))
-        else:
-            out.append(_block(*args))
-    if not out:
+    if q.shape[2] == 0:
         return v.new_zeros(*q.shape[:3], v.shape[-1])
-    return torch.cat(out, dim=2).to(v.dtype)  # (b, h, i, e)
+    out = recomputed_blocks(_block, BLOCK, q, k, v, g, scale)  # (b, h, i, e)
+    return out.to(v.dtype)
 
 
 class WallAttention(PositionalEncoding):
