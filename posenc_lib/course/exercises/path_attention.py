@@ -121,8 +121,8 @@ plant(
 CACHE_STUB = '''\
 def update_cache(keys, w_t, beta_t):
     """PaTH decoding: when token t arrives, replace every cached key k (b, h, t, d)
-    by H_t k, with H_t = I - beta_t w_t w_t^T; w_t (b, h, d) (unit), beta_t (b, h).
-    Returns the updated keys (b, h, t, d)."""
+    by H_t k, token t's transform (made from w_t (b, h, d), a unit vector, and
+    beta_t (b, h)). Returns the updated keys (b, h, t, d)."""
     ...  # your code
 '''
 
