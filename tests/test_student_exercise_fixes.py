@@ -57,3 +57,33 @@ def test_stubs_do_not_give_the_formula_away():
     assert "gamma(r) = " not in llama3 and "(1 - gamma_i)" not in llama3
     cache = all_checks()["ex-path-cache"].stub
     assert "I - beta_t w_t w_t^T" not in cache
+
+
+def test_exercises_13_3_and_14_3_ask_for_more_than_the_chapter_computes():
+    """13.3 asked for the weighted mean the chapter's first code cell computes, and
+    14.3 for the bound the decay section's `relative_upper_bound` computes: pasting
+    the chapter's code was a right answer. Now each asks for what the chapter's
+    code gives only when used (the loss past L recovered from the whole-window
+    loss; the distance at which the bound halves)."""
+
+    def chapter_mix(L, N, first, past):  # the chapter's first code cell
+        return (L * first + (N - L) * past) / N
+
+    assert not verify("ex-ctxlen-past", chapter_mix).passed
+
+    def relative_upper_bound(d, base, distances):  # the chapter's decay section
+        theta, _ = pl.rope_inv_freq(d, base)
+        S = torch.exp(1j * distances[:, None] * theta).cumsum(-1)
+        return S.abs().mean(-1)
+
+    assert not verify("ex-rope-decay", relative_upper_bound).passed
+
+    def loss_past(L, N, loss_whole, loss_first):
+        return (N * loss_whole - L * loss_first) / (N - L)
+
+    def half_distance(d, base):
+        bound = relative_upper_bound(d, base, torch.arange(0, 1001))
+        return int((bound[1:] < bound[0] / 2).nonzero()[0]) + 1
+
+    assert verify("ex-ctxlen-past", loss_past).passed
+    assert verify("ex-rope-decay", half_distance).passed
