@@ -55,18 +55,38 @@ WORDS = [
     ("sweep bookkeeping", r"\bshifts? \d+|_sweep_shifts\b|\bsweep\.shifts\b"),
     ("sweep bookkeeping", r"posenc_lib/data/sweeps/"),
 ]
+# "the deck": the slide deck the course grew from, cited as curtis2025deck. Its
+# corrections on lesson pages are the same kind of author-facing text; the chapters
+# below still correct it on the page (their boxes are to move to
+# tools/build/source_notes_errata.md, as the other chapters' did).
+DECK = (
+    "a correction of the slide deck",
+    r"\b(the|its|same) deck\b|\bdeck's\b|\bthe slides?\b",
+)
+DECK_PENDING = {
+    "book/part2/huang",
+    "book/part2/shaw",
+    "book/part2/transformer_xl",
+    "book/part2/tener",
+    "book/part2/da_transformer",
+    "book/part5/vision",
+    "book/part5/video_audio",
+    "book/part5/graphs_space",
+    "book/part6/toolkit",
+    "book/part7/future",
+}
 # only in code the reader sees
 GLUE = ("a glue call shown to the reader", r"\bpl\.book\.glue\(|\bsweep\.glue\(")
 
 
-def hits(nb: dict) -> list[str]:
+def hits(nb: dict, words=WORDS) -> list[str]:
     """Every author-facing word of a notebook, as 'cell N: what: the text'."""
     out = []
     for k, cell in enumerate(nb["cells"]):
         if HIDDEN & set(cell["metadata"].get("tags", [])):
             continue
         text = "".join(cell["source"])
-        rules = WORDS + ([GLUE] if cell["cell_type"] == "code" else [])
+        rules = words + ([GLUE] if cell["cell_type"] == "code" else [])
         for what, pattern in rules:
             for m in re.finditer(pattern, text, re.I):
                 around = text[max(0, m.start() - 40) : m.end() + 40].replace("\n", " ")
@@ -87,6 +107,26 @@ def test_no_author_facing_text_on_a_lesson_page(entry):
     nb = json.loads((ROOT / f"{entry}.ipynb").read_text())
     found = hits(nb)
     assert not found, f"{entry}: author-facing text:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        pytest.param(
+            e,
+            marks=pytest.mark.xfail(
+                reason="corrects the slide deck on the page", strict=True
+            ),
+        )
+        if e in DECK_PENDING
+        else e
+        for e in ENTRIES
+    ],
+)
+def test_no_correction_of_the_slide_deck_on_a_lesson_page(entry):
+    nb = json.loads((ROOT / f"{entry}.ipynb").read_text())
+    found = [h for h in hits(nb, [DECK]) if "slide deck" in h]
+    assert not found, f"{entry}: the slide deck on the page:\n" + "\n".join(found)
 
 
 def test_the_words_are_caught():
