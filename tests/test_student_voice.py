@@ -64,8 +64,6 @@ DECK = (
     r"\b(the|its|same) deck\b|\bdeck's\b|\bthe slides?\b",
 )
 DECK_PENDING = {
-    "book/part2/huang",
-    "book/part5/vision",
     "book/part5/video_audio",
     "book/part5/graphs_space",
     "book/part7/future",
