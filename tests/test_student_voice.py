@@ -65,7 +65,6 @@ DECK = (
 )
 DECK_PENDING = {
     "book/part5/video_audio",
-    "book/part5/graphs_space",
     "book/part7/future",
 }
 # only in code the reader sees
