@@ -64,7 +64,6 @@ DECK = (
     r"\b(the|its|same) deck\b|\bdeck's\b|\bthe slides?\b",
 )
 DECK_PENDING = {
-    "book/part5/video_audio",
     "book/part7/future",
 }
 # only in code the reader sees
