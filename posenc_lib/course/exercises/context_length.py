@@ -137,7 +137,7 @@ def _(answer):
             )
         expect_close(value, want, desc=desc, what="your loss past L", atol=1e-9)
     return (
-        "recovers the mean loss past L from the whole-window loss for "
+        "recovers the mean loss past L from the loss over the whole window for "
         + ", ".join(f"(L, N) = ({L}, {N})" for L, N in cases)
         + "."
     )
