@@ -87,3 +87,19 @@ def test_exercises_13_3_and_14_3_ask_for_more_than_the_chapter_computes():
 
     assert verify("ex-ctxlen-past", loss_past).passed
     assert verify("ex-rope-decay", half_distance).passed
+
+
+def test_an_answer_off_by_a_known_factor_or_order_is_named():
+    """Every check that compares arrays (expect_close) says when a wrong answer is
+    the right one with its sign flipped, times a constant such as 1/sqrt(d), or in
+    another order along the last axis; before, it said only where it differs."""
+
+    def right(x, pos, theta):
+        return pl.apply_rope(x, pos, theta, "interleaved")
+
+    flipped = verify("ex-rope-complex", lambda *a: -right(*a))
+    assert not flipped.passed and "sign flipped" in flipped.message
+    scaled = verify("ex-rope-complex", lambda *a: right(*a) / math.sqrt(8))
+    assert not scaled.passed and "times 1/sqrt(8)" in scaled.message
+    reordered = verify("ex-rope-complex", lambda *a: right(*a).flip(-1))
+    assert not reordered.passed and "another order" in reordered.message
