@@ -37,6 +37,7 @@ ADMONITION = re.compile(
 CITE = re.compile(r"\{footcite[^}]*\}`([^`]*)`")
 HEADING = re.compile(r"^(#{1,3})\s+(.+?)\s*$", re.M)
 DECK = re.compile(r"\b(deck|slides?)\b", re.I)
+NOTES = ROOT / "tools" / "build" / "source_notes_errata.md"
 
 
 def collect() -> list[dict[str, str]]:
@@ -80,7 +81,66 @@ def collect() -> list[dict[str, str]]:
     return rows
 
 
-def render(rows: list[dict[str, str]]) -> str:
+def source_notes() -> list[dict[str, str]]:
+    """The corrections of the course's own source notes, in book order: entry,
+    chapter (its title), title and body, from ``NOTES``."""
+    titles = {}
+    for entry in toc.notebook_entries():
+        nb = json.loads((ROOT / f"{entry}.ipynb").read_text())
+        for cell in nb["cells"]:
+            m = re.search(r"^# (.+)$", "".join(cell["source"]), re.M)
+            if cell["cell_type"] == "markdown" and m:
+                titles[entry] = m.group(1).strip()
+                break
+    rows, entry = [], None
+    text = NOTES.read_text() if NOTES.exists() else ""
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+    for block in re.split(r"^(?=#{2,3} )", text, flags=re.M):
+        head, _, body = block.partition("\n")
+        if head.startswith("## "):
+            entry = head[3:].strip()
+            if entry not in titles:
+                raise ValueError(
+                    f"{NOTES.name}: {entry!r} is not a chapter of _toc.yml"
+                )
+        elif head.startswith("### "):
+            if entry is None:
+                raise ValueError(f"{NOTES.name}: {head!r} comes before any chapter")
+            if "\n- " in "\n" + body or "{glue" in body:
+                raise ValueError(f"{NOTES.name}: {head!r}: no list items and no glue")
+            rows.append(
+                dict(entry=entry, chapter=titles[entry], title=head[4:].strip(),
+                     body=body.strip())
+            )  # fmt: skip
+    order = {e: k for k, e in enumerate(titles)}
+    return sorted(rows, key=lambda r: order[r["entry"]])
+
+
+def render_notes(notes: list[dict[str, str]]) -> list[str]:
+    if not notes:
+        return []
+    lines = [
+        "",
+        "(source-notes-errata)=",
+        "## Corrections of the course's source notes",
+        "",
+        "The course was written from source notes: the slide deck "
+        "{footcite:p}`curtis2025deck` and unpublished notes beside it. Where they are "
+        "wrong, the chapters teach the correct form and check it in code, without "
+        "repeating the mistake; what the notes said, and why it is wrong, is kept "
+        "here, with a link to the chapter whose code checks it.",
+    ]
+    current = None
+    for note in notes:
+        if note["entry"] != current:
+            current = note["entry"]
+            link = f"../{note['entry'].removeprefix('book/')}.ipynb"
+            lines += ["", f"### [{note['chapter']}]({link})"]
+        lines += ["", f"**{note['title']}.** {note['body']}"]
+    return lines
+
+
+def render(rows: list[dict[str, str]], corrections: list[dict[str, str]] = ()) -> str:
     lines = [
         "# Errata index",
         "",
@@ -92,7 +152,13 @@ def render(rows: list[dict[str, str]]) -> str:
         "it quotes it); *evidence* lists the works the box cites for its check.",
         "",
         f"The book has **{len(rows)} errata** in "
-        f"**{len({r['entry'] for r in rows})} chapters**.",
+        f"**{len({r['entry'] for r in rows})} chapters**"
+        + (
+            f", and **{len(corrections)} corrections of the course's source notes** "
+            "({ref}`below <source-notes-errata>`)."
+            if corrections
+            else "."
+        ),
         "",
     ]
     current = None
@@ -110,12 +176,15 @@ def render(rows: list[dict[str, str]]) -> str:
         section = f" (section *{row['section']}*)" if row["section"] else ""
         tail = "; " + "; ".join(notes) if notes else ""
         lines.append(f"- {row['title']}{section}{tail}")
+    lines += render_notes(list(corrections))
     lines += ["", "## References", "", "```{footbibliography}", "```"]
     return "\n".join(lines).rstrip() + "\n"
 
 
 def main() -> int:
-    return generated_page.main(PAGE, lambda: render(collect()), "errata_index")
+    return generated_page.main(
+        PAGE, lambda: render(collect(), source_notes()), "errata_index"
+    )
 
 
 if __name__ == "__main__":

@@ -367,7 +367,35 @@ def expect_close(
             f"on {desc}, {what} differs at entry {idx}: {g[idx]:.6g} where "
             f"{w[idx]:.6g} was expected ({int(bad_mask.sum())} of {g.size} entries "
             f"differ, the largest by {float(err.max()):.3g})"
+            + _known_difference(g, w, atol, rtol)
         )
+
+
+def _known_difference(g: np.ndarray, w: np.ndarray, atol: float, rtol: float) -> str:
+    """What a wrong array answer is, when it is the reference up to a known change:
+    a constant factor (a sign, a 1/sqrt(d) scale) or an order of the last axis (a
+    layout). Empty when it is neither."""
+    if np.iscomplexobj(g) or np.iscomplexobj(w) or g.size < 2:
+        return ""
+    norm = float((w * w).sum())
+    if norm > 0:
+        factor = float((g * w).sum()) / norm
+        if np.all(np.abs(g - factor * w) <= atol + rtol * np.abs(factor * w)):
+            if math.isclose(factor, -1.0, rel_tol=1e-4):
+                return ": it is the expected answer with its sign flipped"
+            for k in range(2, 4097):
+                for f, name in ((k**-0.5, f"1/sqrt({k})"), (k**0.5, f"sqrt({k})")):
+                    if math.isclose(abs(factor), f, rel_tol=1e-4):
+                        sign = "-" if factor < 0 else ""
+                        return f": it is the expected answer times {sign}{name}"
+            return f": it is the expected answer times {factor:.6g}"
+    if g.ndim >= 1 and g.shape[-1] > 1:
+        if np.allclose(np.sort(g, -1), np.sort(w, -1), atol=atol, rtol=rtol):
+            return (
+                ": it holds the expected values in another order along the last "
+                "axis (another layout?)"
+            )
+    return ""
 
 
 def isclose(a: float, b: float, rel: float = 1e-6) -> bool:

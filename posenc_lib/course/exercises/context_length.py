@@ -95,10 +95,10 @@ plant("ex-ctxlen-cover", lambda d, base: None, says="returned None")
 
 
 PAST_STUB = '''\
-def whole_loss(L, N, loss_first, loss_past):
-    """The loss L(N) over all N positions of a window, from the mean loss
-    loss_first of its first L positions and the mean loss loss_past of the
-    N - L positions past L (floats or tensors)."""
+def loss_past(L, N, loss_whole, loss_first):
+    """The mean loss of the N - L positions past L of a window of length N, from
+    the loss loss_whole over all N positions and the mean loss loss_first of its
+    first L positions (floats)."""
     ...  # your code
 '''
 
@@ -115,24 +115,29 @@ def _(answer):
                 3.0 + torch.rand(N - L, generator=gen, dtype=torch.float64),
             )
         )
-        first, past = float(losses[:L].mean()), float(losses[L:].mean())
-        desc = f"L = {L}, N = {N}, loss_first = {first:.4f}, loss_past = {past:.4f}"
-        got = call(answer, L, N, first, past, desc=desc)
-        want = float(losses.mean())
+        whole, first = float(losses.mean()), float(losses[:L].mean())
+        desc = f"L = {L}, N = {N}, loss_whole = {whole:.4f}, loss_first = {first:.4f}"
+        got = call(answer, L, N, whole, first, desc=desc)
+        want = float(losses[L:].mean())
         value = as_float(got, desc)
-        if math.isclose(value, (first + past) / 2, rel_tol=1e-9):
+        if math.isclose(value, 2 * whole - first, rel_tol=1e-9):
             raise Wrong(
-                f"on {desc}, your answer is the plain mean of the two parts; they "
+                f"on {desc}, you treat L(N) as the plain mean of the two parts; they "
                 "cover L and N - L positions"
             )
-        if math.isclose(value, (L * past + (N - L) * first) / N, rel_tol=1e-9):
+        if math.isclose(value, (N * whole - (N - L) * first) / L, rel_tol=1e-9):
             raise Wrong(
                 f"on {desc}, your weights are swapped: the first part covers L of "
                 "the N positions"
             )
-        expect_close(value, want, desc=desc, what="your L(N)", atol=1e-9, rtol=1e-9)
+        if math.isclose(value, N * whole / (N - L), rel_tol=1e-9):
+            raise Wrong(
+                f"on {desc}, you rescale the whole loss but leave the first L "
+                "positions' share of it in"
+            )
+        expect_close(value, want, desc=desc, what="your loss past L", atol=1e-9)
     return (
-        "equals the mean of per-position losses over the whole window for "
+        "recovers the mean loss past L from the loss over the whole window for "
         + ", ".join(f"(L, N) = ({L}, {N})" for L, N in cases)
         + "."
     )
@@ -140,17 +145,22 @@ def _(answer):
 
 plant(
     "ex-ctxlen-past",
-    lambda L, N, first, past: (first + past) / 2,
+    lambda L, N, whole, first: 2 * whole - first,
     says="plain mean",
 )
 plant(
     "ex-ctxlen-past",
-    lambda L, N, first, past: (L * past + (N - L) * first) / N,
+    lambda L, N, whole, first: (N * whole - (N - L) * first) / L,
     says="swapped",
 )
 plant(
     "ex-ctxlen-past",
-    lambda L, N, first, past: (L * first + N * past) / N,
-    says="your L(N) is",
+    lambda L, N, whole, first: N * whole / (N - L),
+    says="share of it in",
 )
-plant("ex-ctxlen-past", lambda L, N, first, past: None, says="returned None")
+plant(
+    "ex-ctxlen-past",
+    lambda L, N, whole, first: whole - first,
+    says="your loss past L",
+)
+plant("ex-ctxlen-past", lambda L, N, whole, first: None, says="returned None")

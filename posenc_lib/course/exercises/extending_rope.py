@@ -84,10 +84,8 @@ plant("ex-extrope-ntk-exponent", lambda base, s, d: None, says="returned None")
 
 RAMP_STUB = '''\
 def llama3_by_ramp(d_head, base, factor, L0, low, high):
-    """Llama 3's scaled frequencies (d_head/2,) written as YaRN's paper ramp:
-    gamma(r) = (r - alpha) / (beta - alpha) clipped to [0, 1], with r_i the turns
-    of pair i over L0 tokens, alpha = low, beta = high, and
-    theta_i' = (1 - gamma_i) theta_i / factor + gamma_i theta_i."""
+    """Llama 3's scaled frequencies (d_head/2,), computed with YaRN's paper ramp
+    (alpha = low, beta = high) instead of Llama 3's own rule."""
     ...  # your code
 '''
 
@@ -193,6 +191,15 @@ def _(answer):
     if not isinstance(answer, dict) or not keys <= set(answer):
         raise Wrong(
             'finetuned must be a dict with keys "model", "loss_128", "yarn_128"'
+        )
+    blank = [key for key in ("model", "loss_128", "yarn_128") if answer[key] is ...]
+    if blank:
+        raise Wrong(
+            "not attempted yet: "
+            + ", ".join(f'"{key}"' for key in blank)
+            + " still "
+            + ("holds" if len(blank) == 1 else "hold")
+            + " the stub's `...`"
         )
     model = answer["model"]
     if not isinstance(model, pl.TinyTransformer):

@@ -46,7 +46,14 @@ def _(answer):
         value = as_float(got, desc)
         want = math.log(2) / -math.log(f)
         if math.isclose(value, want, rel_tol=1e-3) or value == math.ceil(want):
-            continue
+            continue  # the real K, or the whole number of keys that reach half
+        if value == math.floor(want):
+            held = 1 - f ** math.floor(want)
+            raise Wrong(
+                f"on {desc}, your answer is {value:g} keys, K rounded down: those "
+                f"keys hold {held:.3f} of the weight, less than half: count the keys "
+                "that reach half, or give K as a real number"
+            )
         if math.isclose(value, 1 / (1 - f), rel_tol=1e-6):
             raise Wrong(
                 f"on {desc}, your answer is 1/(1 - f) = {value:.4g}, the mean number "
@@ -79,6 +86,11 @@ plant("ex-fox-window", lambda f: math.log(2) / (1 - f), says="1 - f where")
 plant("ex-fox-window", lambda f: math.log10(2) / -math.log10(f) / 2, says="1000 keys")
 plant("ex-fox-window", lambda f: [69.0], says="expected a number")
 plant("ex-fox-window", lambda f: None, says="returned None")
+plant(
+    "ex-fox-window",
+    lambda f: float(math.floor(math.log(2) / -math.log(f))),
+    says="less than half",
+)
 
 
 OWN_STUB = '''\

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 import posenc_lib as pl
@@ -23,8 +25,9 @@ def _unit(x: torch.Tensor) -> torch.Tensor:
 
 FLIP_STUB = '''\
 def flip_scores(q, k, w):
-    """PaTH scores s_ij (n, n) of a head with beta_t = 2 and the same unit
-    direction w (d,) for every token; q, k (n, d). -inf above the diagonal."""
+    """PaTH scores s_ij (n, n), before the softmax's 1/sqrt(d), of a head with
+    beta_t = 2 and the same unit direction w (d,) for every token; q, k (n, d).
+    -inf above the diagonal."""
     ...  # your code
 '''
 
@@ -65,6 +68,16 @@ def _(answer):
                     f"on {desc}, your scores are plain q.k: odd distances reflect "
                     "the key"
                 )
+            for factor, how in (
+                (1 / math.sqrt(d), "divided by"),
+                (math.sqrt(d), "times"),
+            ):
+                if torch.allclose(g[lower], factor * want[lower]):
+                    raise Wrong(
+                        f"on {desc}, your scores are the right ones {how} sqrt(d): "
+                        "s_ij is the score before the softmax's 1/sqrt(d) (the "
+                        "chapter applies the scale inside the softmax)"
+                    )
             parity = (torch.arange(n)[:, None] - torch.arange(n)) % 2 == 0
             swapped = torch.where(parity, reflect, plain)
             if torch.allclose(g[lower], swapped[lower]):
@@ -98,13 +111,18 @@ plant("ex-path-flip", _always, says="every distance")
 plant("ex-path-flip", lambda q, k, w: _parity(q, k, w, False), says="wrong way round")
 plant("ex-path-flip", lambda q, k, w: _parity(q, k, w).tril(), says="not -inf")
 plant("ex-path-flip", lambda q, k, w: None, says="returned None")
+plant(
+    "ex-path-flip",
+    lambda q, k, w: _flip_reference(q, k, w) / math.sqrt(q.shape[-1]),
+    says="divided by sqrt(d)",
+)
 
 
 CACHE_STUB = '''\
 def update_cache(keys, w_t, beta_t):
     """PaTH decoding: when token t arrives, replace every cached key k (b, h, t, d)
-    by H_t k, with H_t = I - beta_t w_t w_t^T; w_t (b, h, d) (unit), beta_t (b, h).
-    Returns the updated keys (b, h, t, d)."""
+    by H_t k, token t's transform (made from w_t (b, h, d), a unit vector, and
+    beta_t (b, h)). Returns the updated keys (b, h, t, d)."""
     ...  # your code
 '''
 

@@ -6,6 +6,7 @@ import torch
 
 import posenc_lib as pl
 from posenc_lib.course.exercises import Wrong, call, exercise, expect_close, plant
+from posenc_lib.course.exercises._values import as_float
 
 STUB = '''\
 def rope_complex(x, pos, theta):
@@ -71,79 +72,76 @@ plant("ex-rope-complex", lambda x, pos, theta: None, says="returned None")
 
 
 DECAY_STUB = '''\
-def decay_bound(d, base, distances):
-    """RoFormer's relative upper bound (1/(d/2)) sum_{j=1}^{d/2} |S_j| for head
-    size d and RoPE base `base`, at each distance r of `distances` (m,) (integer
-    tensor); returns a real tensor (m,)."""
+def half_distance(d, base):
+    """The smallest distance r >= 1 (an int) at which RoFormer's relative upper
+    bound, for head size d and RoPE base `base`, is below half its value at r = 0."""
     ...  # your code
 '''
 
 
-def _bound(d: int, base: float, distances: torch.Tensor, lo: int = 0) -> torch.Tensor:
-    """(1/(d/2)) sum_j |S_j|, S_j = sum_{i=lo}^{j-1} e^{i r theta_i} (lo = 0: the
-    chapter's S_j)."""
+def _bound(d: int, base: float, distances: torch.Tensor) -> torch.Tensor:
+    """(1/(d/2)) sum_j |S_j|, S_j = sum_{l<j} e^{i r theta_l}, at each distance r."""
     theta, _ = pl.rope_inv_freq(d, base)
-    theta = theta.double()[lo:]
     r = distances.double()[:, None]
-    S = torch.polar(torch.ones_like(r * theta), r * theta).cumsum(-1)  # (m, d/2)
+    S = torch.polar(torch.ones_like(r * theta.double()), r * theta.double()).cumsum(-1)
     return S.abs().sum(-1) / (d // 2)
+
+
+def _first_below(bound: torch.Tensor, level: float) -> int:
+    return int((bound[1:] < level).nonzero()[0]) + 1
 
 
 @exercise("ex-rope-decay", chapter="part3/rope", stub=DECAY_STUB)
 def _(answer):
-    gen = torch.Generator().manual_seed(1)
-    cases = [(64, 10_000.0), (256, 10_000.0), (16, 500.0)]
+    cases = [(64, 10_000.0), (256, 10_000.0), (64, 500_000.0), (16, 500.0)]
+    found = []
     for d, base in cases:
-        distances = torch.cat(
-            (torch.tensor([0, 1]), torch.randint(2, 2000, (4,), generator=gen))
+        desc = f"d = {d}, base {base:g}"
+        got = call(answer, d, base, desc=desc)
+        value = as_float(got, desc)
+        bound = _bound(d, base, torch.arange(0, 1001))
+        want = _first_below(bound, bound[0].item() / 2)
+        found.append(want)
+        if value == want:
+            continue
+        if value == want - 1:
+            raise Wrong(
+                f"on {desc}, your distance is one short: at r = {value:g} the bound "
+                f"is {bound[want - 1]:.3f}, not yet below half of {bound[0]:.3f}"
+            )
+        if value == want + 1:
+            raise Wrong(
+                f"on {desc}, your distance is one too far: at r = {want} the bound is "
+                f"already {bound[want]:.3f}, below half of {bound[0]:.3f} (its value "
+                "at r = 0)"
+            )
+        at = int(value) if value == int(value) and 0 <= value <= 1000 else None
+        there = f" (the bound there is {bound[at]:.3f})" if at is not None else ""
+        raise Wrong(
+            f"on {desc}, your distance is {value:g}{there}; the bound starts at "
+            f"{bound[0]:.3f} and first falls below half of it at another distance"
         )
-        desc = f"d = {d}, base {base:g}, distances {distances.tolist()}"
-        got = call(answer, d, base, distances.clone(), desc=desc)
-        want = _bound(d, base, distances)
-        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-            expect_close(got, want, desc=desc, what="the bound")  # says the shape
-        got = torch.as_tensor(got).detach().double()
-        mean = want * (d // 2)
-        if torch.allclose(got, mean, rtol=1e-4):
-            raise Wrong(
-                f"on {desc}, your bound is the sum over j; RoFormer's bound is the "
-                "mean, divided by d/2"
-            )
-        if torch.allclose(got, want / 2, rtol=1e-4):
-            raise Wrong(
-                f"on {desc}, your bound is half the expected one: divide the "
-                "sum by d/2, not by d"
-            )
-        shifted = _bound(d, base, distances, lo=1) * (d // 2 - 1) / (d // 2)
-        if torch.allclose(got, shifted, rtol=1e-4) or torch.allclose(
-            got, _bound(d, base, distances, lo=1), rtol=1e-4
-        ):
-            raise Wrong(
-                f"on {desc}, your partial sums start at the second frequency: "
-                "S_j sums e^{i r theta_i} from i = 0"
-            )
-        expect_close(got, want, desc=desc, what="the bound", rtol=1e-4)
     return (
-        "equals (1/(d/2)) sum_j |S_j| for (d, base) = "
-        + ", ".join(f"({d}, {b:g})" for d, b in cases)
-        + ", at r = 0, 1 and four random distances; at r = 0 it is (d/2 + 1)/2."
+        "the first distance where the bound falls below half its value at r = 0, for "
+        + ", ".join(f"(d, base) = ({d}, {b:g})" for d, b in cases)
+        + ": "
+        + ", ".join(map(str, found))
+        + " tokens."
     )
 
 
-def _sum_not_mean(d, base, distances):
-    return _bound(d, base, distances) * (d // 2)
+def _one_short(d, base):
+    bound = _bound(d, base, torch.arange(0, 1001))
+    return _first_below(bound, bound[0].item() / 2) - 1
 
 
-def _over_d(d, base, distances):
-    return _bound(d, base, distances) / 2
+def _from_r1(d, base):
+    bound = _bound(d, base, torch.arange(0, 1001))
+    return _first_below(bound, bound[1].item() / 2)
 
 
-def _base_squared(d, base, distances):
-    return _bound(d, base**2, distances)
-
-
-plant("ex-rope-decay", _sum_not_mean, says="the sum over j")
-plant("ex-rope-decay", _over_d, says="not by d")
-plant("ex-rope-decay", _base_squared, says="the bound differs at entry")
-plant("ex-rope-decay", lambda d, base, distances: float(d), says="the bound")
-plant("ex-rope-decay", lambda d, base, distances: None, says="returned None")
+plant("ex-rope-decay", _one_short, says="one short")
+plant("ex-rope-decay", _from_r1, says="one too far")
+plant("ex-rope-decay", lambda d, base: 1000, says="first falls below half")
+plant("ex-rope-decay", lambda d, base: [15], says="a number")
+plant("ex-rope-decay", lambda d, base: None, says="returned None")
