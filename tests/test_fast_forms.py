@@ -185,9 +185,10 @@ def test_fast_score_bias_equals_the_formula_forward_and_backward(case):
         bias = pe.call_hook(hook, q, k, q_pos, k_pos, ctx=ctx).expand(b, 2, i, j)
         seen = torch.isfinite(bias)
         inputs = [q, k, x, *pe.parameters()]
-        grads = torch.autograd.grad((bias * grad)[seen].sum(), inputs, allow_unused=True)
-        results.append([bias.detach(), *(torch.zeros(1) if d is None else d
-                                         for d in grads)])  # fmt: skip
+        loss = (bias * grad)[seen].sum()
+        grads = torch.autograd.grad(loss, inputs, allow_unused=True)
+        grads = [torch.zeros(1) if d is None else d for d in grads]  # unused
+        results.append([bias.detach(), *grads])
     for slow, fast in zip(*results):
         assert_close(fast, slow)
     if i == j:  # through attention: the form runs it (T5's band, where it serves)
@@ -195,8 +196,10 @@ def test_fast_score_bias_equals_the_formula_forward_and_backward(case):
         kw = dict(causal=causal, x=x.detach())
         positions = pl.prepare(pe, b, 2, i, j, q_pos, k_pos, causal, None, None)
         choice = pl.explain_path(pe, positions, dtype=torch.float64)
-        band = isinstance(pe, pl.T5RelativeBias) and choice.path == "fast" and (
-            forms.Call.of(positions, torch.float64).ordered
+        band = (
+            isinstance(pe, pl.T5RelativeBias)
+            and choice.path == "fast"
+            and forms.Call.of(positions, torch.float64).ordered
         )
         assert choice.form == ("band_bias" if band else "fast_score_bias"), choice
         for path in ("slow", "fast"):

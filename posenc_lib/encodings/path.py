@@ -369,8 +369,9 @@ class PaTHAttention(PositionalEncoding):
     ``(q_i^T (H_i ... H_{j+1} - I) k_j) / sqrt(d) + D_ij``, by the definition (the
     loop over diagonals), so the attention stays the reference's ``softmax(q.k *
     scale + bias) v``; ``fast_score_bias`` computes it chunk by chunk, which the
-    fused path runs (the bias as a float mask). FlexAttention is refused (no ``score_mod``): the
-    product of transforms is not a function of one score and two indices.
+    fused path runs (the bias as a float mask). FlexAttention is refused (no
+    ``score_mod``): the product of transforms is not a function of one score and two
+    indices.
 
     The layer, as fla's ``PaTHAttention`` makes it from the layer input ``x``
     (read through ``ctx``): ``w = l2_norm(x W_w)`` per head (fla's
