@@ -78,7 +78,8 @@ _INPUT_HOOKS = frozenset({"encode_input", "transform_qk", "score_bias"})
 # and the fused backend's forms (``backends/forms.py``: its table says which runs a
 # call; the registry contract holds each equal to the hooks it restates).
 FAST_FORMS: tuple[str, ...] = (
-    "score_mod", "key_bias", "band_bias", "sink_logits", "causal_attention",
+    "score_mod", "key_bias", "band_bias", "fast_score_bias",
+    "sink_logits", "causal_attention",
 )  # fmt: skip
 
 # The hooks, in the order the attention calls them.
@@ -278,6 +279,15 @@ class PositionalEncoding(nn.Module):
         ``score_bias_ij = u_i + c[:, min(i - j, W)]`` (T5: its last bucket holds
         every distance from W on). The fused backend runs it as a band mask
         (``backends/band_bias.py``, which says for which calls)."""
+        return None
+
+    def fast_score_bias(
+        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+    ) -> torch.Tensor | None:
+        """``None``, or ``score_bias``'s values by a faster algorithm of the
+        encoding's own (PaTH's chunks, T5's table per offset), so that
+        ``score_bias`` stays the formula on the page: the fused backend hands it to
+        the kernel as a float mask (``backends/fast_bias.py``)."""
         return None
 
     def causal_attention(

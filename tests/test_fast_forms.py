@@ -142,3 +142,66 @@ def test_the_layer_module_reaches_the_cache_without_a_type_checking_import():
     assert "TYPE_CHECKING" not in ast.dump(tree)
     assert pl.MultiHeadAttention.__module__ == "posenc_lib.layer"
     assert_close(pl.attention(*torch.ones(3, 1, 1, 2, 2)), torch.ones(1, 1, 2, 2))
+
+
+def _bias_cases():
+    """(encoding, causal, q_pos, k_pos, x) for the fast-bias form's hooks: PaTH and
+    PaTH-FoX (causal; a run, shuffled positions, a KV cache's last queries), T5 with
+    its bidirectional and its causal table (a run, gaps, a KV cache, per batch)."""
+    g = torch.Generator().manual_seed(0)
+    n = 70  # PaTH: more than one chunk of 64
+    run, shuffled = torch.arange(n)[None], torch.randperm(n, generator=g)[None]
+    gaps = torch.randint(1, 4, (2, n), generator=g).cumsum(-1)
+    for gate in (False, True):
+        pe = pl.PaTHAttention(16, 2, forget_gate=gate).double()
+        for q_pos, k_pos in ((run, run), (shuffled, shuffled), (run[:, -5:], run)):
+            yield pe, True, q_pos, k_pos
+    for bidirectional in (True, False):
+        pe = pl.T5RelativeBias(2, bidirectional=bidirectional, init_std=1.0).double()
+        for q_pos, k_pos in ((run, run), (gaps, gaps), (run[:, -5:], run),
+                             (gaps[:, ::3], gaps)):  # fmt: skip
+            yield pe, bidirectional, q_pos, k_pos
+
+
+@pytest.mark.parametrize("case", range(14))
+def test_fast_score_bias_equals_the_formula_forward_and_backward(case):
+    """``fast_score_bias`` (PaTH's chunks, T5's table per offset) equals
+    ``score_bias`` (the loop over diagonals, the bucket of every pair), values and
+    the gradients of q, k, the layer input and every parameter (float64); and
+    through attention the fused path, which runs it, equals the reference."""
+    pe, causal, q_pos, k_pos = list(_bias_cases())[case]
+    torch.manual_seed(case)
+    with torch.no_grad():  # parameters away from their initial values
+        for t in pe.parameters():
+            t.add_(0.5 * torch.randn_like(t))
+    b, i, j = max(q_pos.shape[0], k_pos.shape[0]), q_pos.shape[1], k_pos.shape[1]
+    q = torch.randn(b, 2, i, 8, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(b, 2, j, 8, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(b, j, 16, dtype=torch.float64, requires_grad=True)
+    ctx = pl.Context(x=x)
+    grad = torch.randn(b, 2, i, j, dtype=torch.float64)
+    results = []
+    for hook in ("score_bias", "fast_score_bias"):
+        bias = pe.call_hook(hook, q, k, q_pos, k_pos, ctx=ctx).expand(b, 2, i, j)
+        seen = torch.isfinite(bias)
+        inputs = [q, k, x, *pe.parameters()]
+        loss = (bias * grad)[seen].sum()
+        grads = torch.autograd.grad(loss, inputs, allow_unused=True)
+        grads = [torch.zeros(1) if d is None else d for d in grads]  # unused
+        results.append([bias.detach(), *grads])
+    for slow, fast in zip(*results):
+        assert_close(fast, slow)
+    if i == j:  # through attention: the form runs it (T5's band, where it serves)
+        v = torch.randn(b, 2, j, 8, dtype=torch.float64)
+        kw = dict(causal=causal, x=x.detach())
+        positions = pl.prepare(pe, b, 2, i, j, q_pos, k_pos, causal, None, None)
+        choice = pl.explain_path(pe, positions, dtype=torch.float64)
+        band = (
+            isinstance(pe, pl.T5RelativeBias)
+            and choice.path == "fast"
+            and forms.Call.of(positions, torch.float64).ordered
+        )
+        assert choice.form == ("band_bias" if band else "fast_score_bias"), choice
+        for path in ("slow", "fast"):
+            results.append(pl.attention(q, k, v, pe, q_pos, k_pos, path=path, **kw))
+        assert_close(results[-1], results[-2])

@@ -165,8 +165,9 @@ def _bias_by_buckets(pe, q_pos, k_pos):
 def test_bias_from_the_offset_table_equals_the_bucket_grid_and_its_gradient(
     case, bidirectional, dtype
 ):
-    """``score_bias`` reads a per-offset table (a Toeplitz view for runs, a gather
-    otherwise); forward and the gradient of the bucket table equal the formula's."""
+    """``fast_score_bias`` reads a per-offset table (a Toeplitz view for runs, a
+    gather otherwise); forward and the gradient of the bucket table equal the
+    formula's, which ``score_bias`` computes."""
     g = torch.Generator().manual_seed(0)
     n = 300  # past max_distance: every bucket, the last one shared by many offsets
     q_pos = k_pos = torch.arange(n)[None]
@@ -186,8 +187,9 @@ def test_bias_from_the_offset_table_equals_the_bucket_grid_and_its_gradient(
     b = max(q_pos.shape[0], k_pos.shape[0])
     q = torch.zeros(b, 4, q_pos.shape[1], 8, dtype=dtype)
     k = torch.zeros(b, 4, k_pos.shape[1], 8, dtype=dtype)
-    bias = pe.score_bias(q, k, q_pos, k_pos)
+    bias = pe.fast_score_bias(q, k, q_pos, k_pos)
     want = _bias_by_buckets(pe, q_pos, k_pos)
+    assert torch.equal(pe.score_bias(q, k, q_pos, k_pos), want)  # the formula
     assert bias.shape == want.shape and bias.dtype == dtype
     assert torch.equal(bias.detach(), want.detach())  # a gather: bit for bit
     grad = torch.randn(bias.shape, generator=g, dtype=dtype)

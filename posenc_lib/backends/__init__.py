@@ -6,7 +6,8 @@ contract test holds every backend equal to the reference for every encoding.
 
 * ``fused``: PyTorch's ``scaled_dot_product_attention``, in the fast form that the
   table ``forms.FORMS`` chooses (one module each: ``own``, ``key_bias``,
-  ``band_bias``, ``sinks``, ``sdpa``; their block loop is ``blocks.query_blocks``).
+  ``band_bias``, ``sinks``, ``fast_bias``, ``sdpa``; their block loop is
+  ``blocks.query_blocks``).
 * ``flex``: FlexAttention, compiled, with the encoding's ``score_mod``.
 
 ``explain_path`` says which of them runs a call, and why each other does not.

@@ -21,7 +21,7 @@ import torch
 
 from ..base import overrides
 from ..utils import compiling
-from . import band_bias, key_bias, own, sdpa, sinks
+from . import band_bias, fast_bias, key_bias, own, sdpa, sinks
 
 
 class Row(NamedTuple):
@@ -35,6 +35,7 @@ FORMS: tuple[Row, ...] = (
     Row(key_bias, ordered=True, kernel=True),
     Row(band_bias, ordered=True, kernel=True),
     Row(sinks, ordered=False, kernel=True),
+    Row(fast_bias, ordered=False, kernel=True),
     Row(sdpa, ordered=False, kernel=True),
 )
 NAMES = tuple(row.form.NAME for row in FORMS)

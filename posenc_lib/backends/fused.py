@@ -8,6 +8,8 @@ that proves it equal to the reference:
 * ``key_bias``: a bias of the key alone (FoX, ALiBi), one more dimension of q and k;
 * ``band_bias``: a bias of the distance, constant beyond a band (T5), as a band mask;
 * ``sinks``: attention sinks (``sink_logits``), one more key;
+* ``fast_bias``: ``score_bias`` by the encoding's faster algorithm
+  (``fast_score_bias``: PaTH's chunks, T5's table per offset), as a float mask;
 * ``sdpa``: the bias and the mask as one float mask, in blocks of queries.
 
 Values transformed by their key's position and outputs by their query's

@@ -40,13 +40,14 @@ def attend(q, k, v, pe, pos, ctx, scale) -> torch.Tensor:
     return run(q, k, v, float_mask(q, k, pe, pos, ctx), scale, pos.ordered)
 
 
-def float_mask(q, k, pe, pos, ctx) -> torch.Tensor | None:
-    """The bias with -inf where no attention ``(b|1, h|1, i, j)``, the bool mask, or
-    None (token order, no bias); once per forward pass for a bias in ``pe.reuse``."""
+def float_mask(q, k, pe, pos, ctx, hook: str = "score_bias") -> torch.Tensor | None:
+    """The bias (of ``hook``: ``score_bias`` or a form of it) with -inf where no
+    attention ``(b|1, h|1, i, j)``, the bool mask, or None (token order, no bias);
+    once per forward pass for a bias in ``pe.reuse``."""
     keep = None if pos.ordered and pos.user_mask is None else pos.mask
 
     def build():
-        bias = pe.call_hook("score_bias", q, k, pos.q, pos.k, ctx=ctx)
+        bias = pe.call_hook(hook, q, k, pos.q, pos.k, ctx=ctx)
         if bias is None:
             return keep
         seen = keep if keep is not None or not pos.ordered else triangle(q, k)
@@ -54,7 +55,7 @@ def float_mask(q, k, pe, pos, ctx) -> torch.Tensor | None:
         return bias if seen is None else bias.masked_fill(~seen, float("-inf"))
 
     if "score_bias" in pe.reuse:
-        return pos.reuse((pe, "fused mask", q.dtype), build)
+        return pos.reuse((pe, "fused mask", hook, q.dtype), build)
     return build()
 
 

@@ -22,10 +22,12 @@ github.com/fla-org/flash-linear-attention (read at commit bc3b101d).
 ``path_attention`` equals ``naive_path_attn`` with ``g = 0`` (tests/test_path.py).
 
 **How the scores are computed.** ``_diagonal_scores`` is the definition: n - 1
-steps, one transform per step for every query. The layer and ``path_scores`` use
-``_chunked_scores``, the paper's and fla's algorithm: chunks of 64 tokens, the
-product of each chunk's transforms in compact WY form ``I - W^T T W`` (T from one
-triangular solve, the UT transform), and one step per chunk across chunks.
+steps, one transform per step for every query; the layer's ``score_bias`` (the
+reference) and ``path_attention`` use it. ``path_scores`` and the layer's
+``fast_score_bias`` (the fused backend's form) use ``_chunked_scores``, the paper's
+and fla's algorithm: chunks of 64 tokens, the product of each chunk's transforms in
+compact WY form ``I - W^T T W`` (T from one triangular solve, the UT transform), and
+one step per chunk across chunks.
 
 **The gate convention.** fla adds the log gates *before* the softmax scale, in the
 reference and in the Triton kernel (``(s + g_i - g_j) * scale``): its gate is
@@ -278,12 +280,22 @@ def path_scores(
     return _scores(q, k, w, beta, pos)
 
 
-def _scores(q, k, w, beta, pos, plain: bool = True) -> torch.Tensor:
+def _scores(q, k, w, beta, pos, plain: bool = True, chunked: bool = True):
     """``path_scores`` without checks (the layer's w and beta pass them by
     construction; a hook reads no tensor value into Python); ``plain=False``: only
-    what PaTH adds, ``s_ij - q_i . k_j``."""
+    what PaTH adds, ``s_ij - q_i . k_j``; ``chunked=False``: by the definition, the
+    loop over diagonals (in float32 at least, as the chunks)."""
+
+    def scores(q, k, w, beta):
+        if chunked:
+            return _chunked_scores(q, k, w, beta, plain=plain)
+        work = torch.promote_types(q.dtype, torch.float32)
+        q, k, w, beta = (t.to(work) for t in (q, k, w, beta))
+        s = _diagonal_scores(q, k, w, beta)  # (b, h, i, j)
+        return s if plain else s - q @ k.mT  # - q_i . k_j (-inf stays -inf)
+
     if pos is None:
-        return _chunked_scores(q, k, w, beta, plain=plain)
+        return scores(q, k, w, beta).to(q.dtype)
     b, h, n, d = q.shape
     order, rank = _position_order(torch.as_tensor(pos, device=q.device))
     order, rank = order.expand(b, n), rank.expand(b, n)
@@ -294,7 +306,7 @@ def _scores(q, k, w, beta, pos, plain: bool = True) -> torch.Tensor:
             return t.gather(2, index[..., None].expand(b, h, n, t.shape[-1]))
         return t.gather(2, index)
 
-    s = _chunked_scores(*map(by_position, (q, k, w, beta)), plain=plain)
+    s = scores(*map(by_position, (q, k, w, beta))).to(q.dtype)
     rows = rank[:, None, :, None].expand(b, h, n, n)
     cols = rank[:, None, None, :].expand(b, h, n, n)
     # back to token order: s_tok[a, c] = s_pos[rank a, rank c]
@@ -320,8 +332,9 @@ def path_attention(
     ``scale`` defaults to 1/sqrt(d). Tokens are in position order.
 
     The scores come from the loop over diagonals (``_diagonal_scores``), the
-    readable definition whose cost the book's chapter measures; ``path_scores`` and
-    the layer use the chunked form (``_chunked_scores``), equal to it.
+    readable definition whose cost the book's chapter measures, as the layer's
+    ``score_bias``; ``path_scores`` and the layer's ``fast_score_bias`` use the
+    chunked form (``_chunked_scores``), equal to it.
     """
     _check(q, k, w, beta)
     if not isinstance(v, torch.Tensor) or v.dim() != 4 or v.shape[:3] != q.shape[:3]:
@@ -353,10 +366,12 @@ class PaTHAttention(PositionalEncoding):
     ``q_i^T H_i ... H_{j+1} k_j / sqrt(d)`` (+ FoX's ``D_ij`` with ``forget_gate``).
 
     The hook is ``score_bias``: it returns what PaTH adds to the plain logit,
-    ``(q_i^T (H_i ... H_{j+1} - I) k_j) / sqrt(d) + D_ij``, so the attention stays
-    the reference's ``softmax(q.k * scale + bias) v`` and runs on the fused path too
-    (the bias as a float mask). FlexAttention is refused (no ``score_mod``): the
-    product of transforms is not a function of one score and two indices.
+    ``(q_i^T (H_i ... H_{j+1} - I) k_j) / sqrt(d) + D_ij``, by the definition (the
+    loop over diagonals), so the attention stays the reference's ``softmax(q.k *
+    scale + bias) v``; ``fast_score_bias`` computes it chunk by chunk, which the
+    fused path runs (the bias as a float mask). FlexAttention is refused (no
+    ``score_mod``): the product of transforms is not a function of one score and two
+    indices.
 
     The layer, as fla's ``PaTHAttention`` makes it from the layer input ``x``
     (read through ``ctx``): ``w = l2_norm(x W_w)`` per head (fla's
@@ -419,7 +434,13 @@ class PaTHAttention(PositionalEncoding):
         q_pos: torch.Tensor,
         k_pos: torch.Tensor,
         ctx: Context,
+        *,
+        chunked: bool = False,
     ) -> torch.Tensor:
+        """``(b, h, i, j)``: ``(q_i^T (H_i ... H_{j+1} - I) k_j) / sqrt(d) + D_ij``,
+        by the definition, the loop over diagonals (``_diagonal_scores``, n - 1
+        steps); ``chunked=True``: by the paper's algorithm (``_chunked_scores``, n /
+        64 steps), which the fused backend runs (``fast_score_bias``)."""
         check_heads(q, self, self.n_heads, self.d_model // self.n_heads)
         check_heads(k, self, self.n_heads, self.d_model // self.n_heads, "k")
         x = ctx.need("x", "PaTHAttention")  # (b, j, D): the keys' layer inputs
@@ -442,11 +463,23 @@ class PaTHAttention(PositionalEncoding):
         # computed and dropped, so the transforms between them still count
         q_all = torch.cat([q.new_zeros(*q.shape[:2], j - i, q.shape[-1]), q], 2)
         # scale * (q_i^T H_i ... H_{j+1} k_j - q_i^T k_j), linear in q_i
-        bias = _scores(q_all * scale, k, w, beta, pos, plain=False)[:, :, j - i :]
+        bias = _scores(q_all * scale, k, w, beta, pos, False, chunked)[:, :, j - i :]
         if self.gate is not None:
             log_f = F.logsigmoid(self.gate(x)).transpose(1, 2).to(q.dtype)  # (b, h, j)
             bias = bias + _forgetting_bias(log_f, pos)[:, :, j - i :]  # + D_ij
         return bias  # (b, h, i, j)
+
+    def fast_score_bias(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        q_pos: torch.Tensor,
+        k_pos: torch.Tensor,
+        ctx: Context,
+    ) -> torch.Tensor:
+        """``score_bias`` by the paper's and fla's algorithm: chunks of 64 tokens,
+        each chunk's product of transforms in compact WY form (``_chunked_scores``)."""
+        return self.score_bias(q, k, q_pos, k_pos, ctx, chunked=True)
 
     def extra_repr(self) -> str:
         return (

@@ -187,19 +187,33 @@ class T5RelativeBias(PositionalEncoding):
         k: torch.Tensor,
         q_pos: torch.Tensor,
         k_pos: torch.Tensor,
+    ) -> torch.Tensor:
+        """``(b|1, h, i, j)``: ``b_h[bucket(j - i)]``, the formula: the bucket of
+        every pair, then the table's entry (``fast_score_bias`` reads the same values
+        from a table per offset)."""
+        check_heads(q, self, self.n_heads)
+        buckets = self.buckets(q_pos, k_pos)  # (b|1, i, j)
+        return self.bias[buckets].permute(0, 3, 1, 2).to(q.dtype)
+
+    def fast_score_bias(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        q_pos: torch.Tensor,
+        k_pos: torch.Tensor,
         ctx: Context | None = None,
     ) -> torch.Tensor:
-        """``(b|1, h, i, j)``: ``b_h[bucket(j - i)]``, read from the per-offset table
+        """``score_bias``, ``(b|1, h, i, j)``, read from the per-offset table
         ``(h, L)``, so that the backward pass sums the gradient into ``L`` offsets
-        instead of scattering ``n^2`` of them into the bucket table. With the
-        call's ``Positions`` (``ctx``) the offset range is known; called on its own,
+        instead of scattering ``n^2`` of them into the bucket table: the fused
+        backend's form for the calls ``band_bias`` does not take. With the call's
+        ``Positions`` (``ctx``) the offset range is known; called on its own,
         finding it costs one host sync."""
         check_heads(q, self, self.n_heads)
         known = getattr(ctx, "positions", None)
         if compiling() and (known is None or known.lo is None):
             # no offset range without a data read: the grid of buckets
-            buckets = self.buckets(q_pos, k_pos)  # (b|1, i, j)
-            return self.bias[buckets].permute(0, 3, 1, 2).to(q.dtype)
+            return self.score_bias(q, k, q_pos, k_pos)
         facts = position_facts(q_pos, k_pos, ctx)
         i, j = q_pos.shape[1], k_pos.shape[1]
         if facts.run:  # offsets s - t - (j - i): a Toeplitz matrix, L = i + j - 1
@@ -214,8 +228,7 @@ class T5RelativeBias(PositionalEncoding):
         rel = (k_pos[:, None, :] - q_pos[:, :, None]).clamp(lo, hi)  # (b|1, i, j)
         rows = rel.shape[0]
         if hi - lo + 1 > rows * i * j:  # fewer pairs than offsets: the grid
-            buckets = self.buckets(q_pos, k_pos)  # (b|1, i, j)
-            return self.bias[buckets].permute(0, 3, 1, 2).to(q.dtype)
+            return self.score_bias(q, k, q_pos, k_pos)
         per_offset = self.per_offset(lo, hi)  # (h, L)
         # b_h[bucket(k_pos[j] - q_pos[i])] = per_offset[h, k_pos[j] - q_pos[i] - lo]
         flat = (rel - lo).reshape(1, -1).expand(self.n_heads, -1)  # (h, b|1 i j)
