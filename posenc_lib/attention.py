@@ -5,7 +5,7 @@ Shapes: q ``(b, h, i, d)``, k ``(b, h, j, d)``, v ``(b, h, j, e)``; positions
 ``(1|b, n)`` or coordinates ``(1|b, n, a)`` (``posenc_lib.positions``).
 
 * ``reference_attention``: explicit scores and every hook, in the fixed order. It is
-  the definition; ``path="reference"`` (or ``"slow"``) runs it.
+  the definition; ``path="reference"`` runs it.
 * ``posenc_lib.backends``: the same result, fast, each held equal to the reference
   by the registry contract test. The layer is ``posenc_lib.layer``.
 """
@@ -106,10 +106,11 @@ def attention(
     * ``positions``: a ``Positions`` from ``prepare`` instead of ``q_pos``, ``k_pos``,
       ``causal``, ``mask``, ``inputs``: calls that share it share what depends only
       on positions (a model's layers; a benchmark's repeats).
-    * ``path``: "auto" ("fast" when the encoding allows it, else "slow"), "slow" or
-      "reference" (``reference_attention``), "fast" or "fused" (the fused backend's
-      table of forms), "flex" (``posenc_lib.backends``; ``pl.explain_path`` says
-      which runs a call, and why).
+    * ``path``: "auto" ("fused" when the encoding allows it, else "reference"),
+      "reference" (``reference_attention``), "fused" (the fused backend's table of
+      forms), "flex" (``posenc_lib.backends``; ``pl.explain_path`` says which runs
+      a call, and why); "slow" and "fast", the previous release's names, are
+      aliases of "reference" and "fused".
     """
     if isinstance(pe, str) and is_4d(q):  # a name: built with q's h heads of d
         name, pe = pe, as_encoding(pe, q.shape[1] * q.shape[-1], q.shape[1])
@@ -142,9 +143,9 @@ def _attend(q, k, v, pe, pos: Positions, x, path: str, return_weights: bool):
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     path = SAME_PATH.get(path, path)
     if path == "auto":
-        path = "fast" if pe.runs_fused(pos) and not return_weights else "slow"
+        path = "fused" if pe.runs_fused(pos) and not return_weights else "reference"
     ctx = Context(x, q, k, v, causal=pos.causal, inputs=pos.inputs, positions=pos)
-    if path == "slow":
+    if path == "reference":
         out, weights = reference_attention(q, k, v, pe, pos, ctx)
         return (out, weights) if return_weights else out
     backend = BACKENDS[path]

@@ -77,8 +77,8 @@ def test_shorter_query_block_matches_the_tail_of_the_full_attention():
 def test_fast_and_slow_paths_agree(causal):
     q, k, v = qkv(i=4, j=6)
     assert_close(
-        pl.attention(q, k, v, causal=causal, path="fast"),
-        pl.attention(q, k, v, causal=causal, path="slow"),
+        pl.attention(q, k, v, causal=causal, path="fused"),
+        pl.attention(q, k, v, causal=causal, path="reference"),
     )
 
 
@@ -231,8 +231,8 @@ def test_hooks_are_called_in_the_fixed_order_and_compose_as_documented():
     )
     # transform_out last: 2 (sum_j a_ij (3 v_j) + 1), not 2 sum_j a_ij (3 v_j) + 1
     assert_close(out, 2 * (scores.softmax(-1) @ (3 * v) + 1.0))
-    with pytest.raises(ValueError, match="path='fast' cannot be used"):
-        pl.attention(q, k, v, pe, path="fast")
+    with pytest.raises(ValueError, match="path='fused' cannot be used"):
+        pl.attention(q, k, v, pe, path="fused")
 
 
 def test_score_bias_only_encodings_take_the_fast_path_with_the_same_result():
@@ -246,8 +246,8 @@ def test_score_bias_only_encodings_take_the_fast_path_with_the_same_result():
     q, k, v = qkv(i=3, j=6)
     for causal in (False, True):
         assert_close(
-            pl.attention(q, k, v, Bias(), causal=causal, path="fast"),
-            pl.attention(q, k, v, Bias(), causal=causal, path="slow"),
+            pl.attention(q, k, v, Bias(), causal=causal, path="fused"),
+            pl.attention(q, k, v, Bias(), causal=causal, path="reference"),
         )
 
 
@@ -307,11 +307,11 @@ def test_hooks_without_ctx_are_called_as_before_and_with_ctx_get_it():
     call's Context, as a keyword-only or an ordinary parameter."""
     q, k, v = qkv(i=4, j=4)
     coords = torch.tensor([[0, 0], [0, 1], [1, 0], [1, 1]])
-    for path in ("slow", "fast"):
+    for path in ("reference", "fused"):
         out = pl.attention(q, k, v, _GridBias(), q_pos=coords, k_pos=coords, path=path)
         assert out.shape == v.shape
         spy = _Spy()
-        pl.attention(q, k, v, spy, path="slow")
+        pl.attention(q, k, v, spy, path="reference")
         assert set(spy.seen) == {"transform_scores", "value_bias"}
         assert all(isinstance(c, pl.Context) for c in spy.seen.values())
     x = torch.randn(2, 4, 6, dtype=torch.float64)
@@ -339,8 +339,8 @@ def test_a_data_dependent_bias_reads_the_layer_input_on_both_paths():
     torch.manual_seed(0)
     mha = pl.MultiHeadAttention(8, 2, _GateFromInput(8)).double()
     x = torch.randn(2, 6, 8, dtype=torch.float64)
-    fast = mha(x, causal=True, path="fast")
-    assert_close(fast, mha(x, causal=True, path="slow"))
+    fast = mha(x, causal=True, path="fused")
+    assert_close(fast, mha(x, causal=True, path="reference"))
     x2 = x.clone()
     x2[:, 0] += 1.0  # a change to token 0 changes the bias every later query sees
     assert not torch.allclose(mha(x2, causal=True)[:, 1:], fast[:, 1:])
@@ -405,7 +405,7 @@ def test_bad_tensors_and_masks_name_the_argument():
         pl.attention(q, k, v, mask=torch.ones(3, 4, dtype=torch.bool))
 
 
-@pytest.mark.parametrize("path", ["fast", "slow"])
+@pytest.mark.parametrize("path", ["fused", "reference"])
 @pytest.mark.parametrize("name", ["q", "k", "v"])
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_non_finite_inputs_are_refused_the_same_way_on_every_path(path, name, value):
@@ -423,7 +423,7 @@ def test_scores_that_would_overflow_are_refused_not_zeroed():
     refused at the boundary, with the bound that was exceeded."""
     q, k, v = (t.float() for t in qkv())
     assert torch.isfinite(pl.attention(q * 0 + 1, k, v)).all()
-    for path in ("fast", "slow"):
+    for path in ("fused", "reference"):
         with pytest.raises(ValueError, match="q.k may overflow torch.float32"):
             pl.attention(q * 1e20, k * 1e20, v, path=path)
 
@@ -437,7 +437,7 @@ def test_half_precision_scores_are_computed_in_float32_on_the_explicit_path():
     q = q / q.norm(dim=-1, keepdim=True) * 300.0
     k = k / k.norm(dim=-1, keepdim=True) * 300.0 * 8**0.5  # q.k*scale up to 9e4
     ref = pl.attention(q.double(), k.double(), v.double(), causal=True)
-    for path in ("slow", "fast"):
+    for path in ("reference", "fused"):
         out = pl.attention(q.half(), k.half(), v.half(), causal=True, path=path)
         assert torch.isfinite(out).all(), path
         assert_close(out.double(), ref, atol=2e-2, rtol=0)
@@ -448,7 +448,7 @@ def test_integer_tensors_and_bad_masks_are_still_clear_errors():
     with pytest.raises(TypeError, match="q must be a floating-point tensor"):
         pl.attention(q.long(), k, v)
     with pytest.raises(ValueError, match="mask must be broadcastable"):
-        pl.attention(q, k, v, mask=torch.ones(3, 3, dtype=torch.bool), path="fast")
+        pl.attention(q, k, v, mask=torch.ones(3, 3, dtype=torch.bool), path="fused")
     with pytest.raises(ValueError, match="path must be one of"):
         pl.attention(q, k, v, path="sdpa")
 

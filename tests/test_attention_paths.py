@@ -79,7 +79,9 @@ def test_runs_of_positions_use_the_kernels_causal_mode(sdpa_calls, name, pos):
     q, k, v = qkv()
     out = pl.attention(q, k, v, pe, pos, pos, causal=True)
     assert [(c[2], c[3]) for c in sdpa_calls] == [(None, True)]
-    assert_close(out, pl.attention(q, k, v, pe, pos, pos, causal=True, path="slow"))
+    assert_close(
+        out, pl.attention(q, k, v, pe, pos, pos, causal=True, path="reference")
+    )
 
 
 def test_coordinates_are_causal_in_token_order_without_a_mask(sdpa_calls):
@@ -89,7 +91,7 @@ def test_coordinates_are_causal_in_token_order_without_a_mask(sdpa_calls):
     pos = pe.example_positions(2, 9)
     out = mha(x, pos, causal=True)
     assert [(c[2], c[3]) for c in sdpa_calls] == [(None, True)]
-    assert_close(out, mha(x, pos, causal=True, path="slow"))
+    assert_close(out, mha(x, pos, causal=True, path="reference"))
 
 
 def test_a_kv_cache_run_is_aligned_to_the_last_key(sdpa_calls):
@@ -107,7 +109,7 @@ def test_positions_with_gaps_get_a_mask_from_the_positions(sdpa_calls):
     out = pl.attention(q, k, v, q_pos=pos, k_pos=pos, causal=True)
     assert sdpa_calls[0][2] is not None and not sdpa_calls[0][3]
     assert_close(
-        out, pl.attention(q, k, v, q_pos=pos, k_pos=pos, causal=True, path="slow")
+        out, pl.attention(q, k, v, q_pos=pos, k_pos=pos, causal=True, path="reference")
     )
 
 
@@ -117,7 +119,7 @@ def test_a_causal_bias_runs_in_blocks_that_skip_unseen_keys(sdpa_calls):
     out = pl.attention(q, k, v, pe, causal=True)
     keys = [c[1][2] for c in sdpa_calls]
     assert keys == [256, 512, 600]  # block ends: each block sees only keys up to it
-    assert_close(out, pl.attention(q, k, v, pe, causal=True, path="slow"))
+    assert_close(out, pl.attention(q, k, v, pe, causal=True, path="reference"))
 
 
 @pytest.mark.parametrize("i", [600, 300], ids=["self", "kv cache"])
@@ -131,7 +133,7 @@ def test_a_learned_causal_bias_trains_in_blocks_on_a_cpu(sdpa_calls, i):
     w = torch.randn(2, 4, i, 4, dtype=torch.float64)
     fast = pl.attention(q, k, v, pe, causal=True)
     assert sdpa_calls == []  # explicit: no kernel call would differentiate the bias
-    slow = pl.attention(q, k, v, pe, causal=True, path="slow")
+    slow = pl.attention(q, k, v, pe, causal=True, path="reference")
     assert_close(fast, slow)
     for got, want in zip(
         torch.autograd.grad((fast * w).sum(), leaves),
@@ -178,7 +180,7 @@ def test_a_parameter_update_is_seen_by_the_next_call():
         pe.bias.add_(torch.randn_like(pe.bias))  # what optimizer.step() does
         after = pl.attention(q, k, v, pe, causal=True)
         assert not torch.allclose(before, after)
-        assert_close(after, pl.attention(q, k, v, pe, causal=True, path="slow"))
+        assert_close(after, pl.attention(q, k, v, pe, causal=True, path="reference"))
 
 
 def test_a_side_input_edited_in_place_is_seen_by_the_next_call():
@@ -220,7 +222,7 @@ def test_training_gets_gradients_on_every_step_without_a_stale_graph():
     two backward passes without a step between them (gradient accumulation) work, and
     the table's gradient equals the slow path's."""
     grads = {}
-    for path in ("fast", "slow"):
+    for path in ("fused", "reference"):
         torch.manual_seed(0)
         pe = pl.make_encoding("t5", d_model=32, n_heads=4, max_len=64)
         layers = [
@@ -233,8 +235,8 @@ def test_training_gets_gradients_on_every_step_without_a_stale_graph():
                 h = layer(h, causal=True, path=path)
             h.sum().backward()
         grads[path] = pe.bias.grad
-    assert grads["fast"].abs().sum() > 0
-    assert_close(grads["fast"], grads["slow"])
+    assert grads["fused"].abs().sum() > 0
+    assert_close(grads["fused"], grads["reference"])
 
 
 # ---- score_mod -----------------------------------------------------------------------
@@ -269,7 +271,7 @@ def test_a_score_mod_that_reads_ctx_gets_it():
             flex = pl.attention(q, k, v, ModReadsCtx(), causal=True, x=x, path="flex")
         except RuntimeError as error:
             pytest.skip(str(error))
-    plain = pl.attention(q, k, v, ModScoreBias(), causal=True, x=x, path="slow")
+    plain = pl.attention(q, k, v, ModScoreBias(), causal=True, x=x, path="reference")
     assert_close(flex, plain)
 
 
@@ -335,7 +337,7 @@ def test_flex_equals_slow_for_runs_gaps_kv_caches_and_masks():
                 out = pl.attention(q_, k, v, pe, path="flex", **kwargs)
             except RuntimeError as error:  # no compiler here: say so, do not fail
                 pytest.skip(str(error))
-            assert_close(out, pl.attention(q_, k, v, pe, path="slow", **kwargs))
+            assert_close(out, pl.attention(q_, k, v, pe, path="reference", **kwargs))
 
 
 def test_flex_refuses_to_run_unfused_past_the_recompile_limit(monkeypatch):
@@ -379,7 +381,7 @@ def test_flex_in_token_order_uses_the_block_mask_even_when_a_hook_reads_ctx(
             out = pl.attention(q, k, v, pe, causal=True, x=x, path="flex")
         except RuntimeError as error:
             pytest.skip(str(error))
-        assert_close(out, pl.attention(q, k, v, pe, causal=True, x=x, path="slow"))
+        assert_close(out, pl.attention(q, k, v, pe, causal=True, x=x, path="reference"))
     assert not masked
 
 
@@ -414,7 +416,7 @@ def test_a_bias_that_needs_a_gradient_runs_without_the_kernel_on_a_cpu(sdpa_call
     with torch.no_grad():
         pl.attention(q, k, v, pe, causal=True)
     assert len(sdpa_calls) == 3  # 256, 512, 600
-    assert_close(out, pl.attention(q, k, v, pe, causal=True, path="slow"))
+    assert_close(out, pl.attention(q, k, v, pe, causal=True, path="reference"))
 
 
 # ---- second forms the fused kernel runs: key_bias (FoX), sink_logits (gpt-oss) ------
@@ -436,8 +438,8 @@ def test_fox_trains_without_an_n_by_n_tensor():
         mha(x, causal=True, path=path).square().mean().backward()
         return x.grad.clone()
 
-    fast, fast_peak = pl.tensor_memory(lambda: step("fast"))
-    slow, slow_peak = pl.tensor_memory(lambda: step("slow"))
+    fast, fast_peak = pl.tensor_memory(lambda: step("fused"))
+    slow, slow_peak = pl.tensor_memory(lambda: step("reference"))
     one_score_tensor = b * h * n * n * 4
     assert fast_peak < one_score_tensor / 2, (fast_peak, one_score_tensor)
     assert slow_peak > 2 * one_score_tensor  # the reference: scores, bias, weights
@@ -462,8 +464,8 @@ def test_t5_trains_without_an_n_by_n_tensor_on_the_cpu():
         mha(x, causal=True, path=path).square().mean().backward()
         return x.grad.clone(), mha.pe.bias.grad.clone()
 
-    fast, fast_peak = pl.tensor_memory(lambda: step("fast"))
-    slow, slow_peak = pl.tensor_memory(lambda: step("slow"))
+    fast, fast_peak = pl.tensor_memory(lambda: step("fused"))
+    slow, slow_peak = pl.tensor_memory(lambda: step("reference"))
     one_score_tensor = b * h * n * n * 4
     assert fast_peak < one_score_tensor, (fast_peak, one_score_tensor)
     assert slow_peak > 2 * one_score_tensor  # the reference: scores, bias, weights
@@ -536,7 +538,7 @@ def test_a_sink_is_the_plain_attention_rescaled_by_its_log_sum_exp():
     rescaled = plain * torch.sigmoid(lse - pe.sinks[None, :, None, None])
     fast = pl.attention(q, k, v, pe, causal=True)
     assert_close(fast, rescaled)
-    assert_close(fast, pl.attention(q, k, v, pe, causal=True, path="slow"))
+    assert_close(fast, pl.attention(q, k, v, pe, causal=True, path="reference"))
 
 
 @pytest.mark.parametrize("name", ["fox", "t5"])
@@ -556,7 +558,7 @@ def test_the_blocks_off_the_cpu_kernel_recompute_and_agree(monkeypatch, name):
     grads, peaks = [], {}
     for n in (256, 512, 1024):
         x = torch.randn(1, n, 16, dtype=torch.float64, requires_grad=True)
-        for path in ("fast", "slow"):
+        for path in ("fused", "reference"):
             x.grad = None
             mha.zero_grad()
 
@@ -567,7 +569,7 @@ def test_the_blocks_off_the_cpu_kernel_recompute_and_agree(monkeypatch, name):
             grads.append((x.grad.clone(), learned.grad.clone()))
         for fast, slow in zip(grads[-2], grads[-1]):
             assert_close(fast, slow)
-    growth = peaks[1024, "fast"] / peaks[256, "fast"]
+    growth = peaks[1024, "fused"] / peaks[256, "fused"]
     assert growth < 8, peaks  # n^2 would be 16
 
 
@@ -589,8 +591,8 @@ def test_the_fused_forms_take_values_of_another_width(name, e):
     v = torch.randn(2, 4, 20, e, dtype=torch.float64, requires_grad=True)
     x = torch.randn(2, 20, 32, dtype=torch.float64)  # FoX's gates
     leaves = [q, k, v, *pe.parameters()]
-    fast = pl.attention(q, k, v, pe, causal=True, path="fast", x=x)
-    slow = pl.attention(q, k, v, pe, causal=True, path="slow", x=x)
+    fast = pl.attention(q, k, v, pe, causal=True, path="fused", x=x)
+    slow = pl.attention(q, k, v, pe, causal=True, path="reference", x=x)
     assert_close(fast, slow)
     for got, want in zip(
         torch.autograd.grad(fast.sum(), leaves), torch.autograd.grad(slow.sum(), leaves)

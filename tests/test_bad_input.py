@@ -174,12 +174,12 @@ CLASSES = {
         "q_pos must have shape",
     ),
     "q with 1 head for a 4-head table (fast)": (
-        lambda: pl.attention(*(_q(h=1),) * 3, pl.ALiBi(4), path="fast"),
+        lambda: pl.attention(*(_q(h=1),) * 3, pl.ALiBi(4), path="fused"),
         ValueError,
         "built for n_heads=4",
     ),
     "q with 1 head for a 4-head table (slow)": (
-        lambda: pl.attention(*(_q(h=1),) * 3, _make("t5"), path="slow"),
+        lambda: pl.attention(*(_q(h=1),) * 3, _make("t5"), path="reference"),
         ValueError,
         "built for n_heads=4",
     ),
@@ -274,14 +274,16 @@ CLASSES = {
     # shapes that would enlarge the call (issue 33)
     "a mask with a larger batch than q (slow)": (
         lambda: pl.attention(
-            *(_q(),) * 3, path="slow", mask=torch.ones(3, 1, 5, 5, dtype=torch.bool)
+            *(_q(),) * 3,
+            path="reference",
+            mask=torch.ones(3, 1, 5, 5, dtype=torch.bool),
         ),
         ValueError,
         "mask must be broadcastable to (b, h, i, j) = (1, 4, 5, 5)",
     ),  # fmt: skip
     "a mask with more heads than q (fast)": (
         lambda: pl.attention(
-            *(_q(h=1),) * 3, path="fast", mask=torch.ones(1, 4, 5, 5, dtype=torch.bool)
+            *(_q(h=1),) * 3, path="fused", mask=torch.ones(1, 4, 5, 5, dtype=torch.bool)
         ),
         ValueError,
         "mask must be broadcastable to (b, h, i, j) = (1, 1, 5, 5)",
@@ -540,7 +542,7 @@ def test_one_call_gets_one_answer_on_every_path(name):
     Graphormer and the distance bias: 4 heads on the slow path, head 0 on flex)."""
     pe = _make(name)
     inputs = pe.example_inputs(1, 5) or None
-    for h, path in itertools.product((1, 2), ("slow", "fast", "flex")):
+    for h, path in itertools.product((1, 2), ("reference", "fused", "flex")):
         q = torch.randn(1, h, 5, 8)
         with torch.no_grad(), pytest.raises(ValueError, match="built for n_heads=4"):
             pl.attention(q, q, q, pe, path=path, inputs=inputs)
@@ -604,7 +606,7 @@ def test_an_input_of_another_dtype_than_the_encoding_is_computed_or_named(name, 
     held = {p.dtype for p in pe.parameters()} - {dtype}
     ctx = pl.Context(x=x, causal=True, inputs=inputs)
     calls = {"encode_input": lambda: pe.call_hook("encode_input", x, pos, ctx=ctx)}
-    for path in ("slow",) if pe.needs_score_path else ("slow", "fast"):
+    for path in ("reference",) if pe.needs_score_path else ("reference", "fused"):
         calls[path] = lambda path=path: pl.attention(
             q, q, q, pe, pos, pos, causal=True, inputs=inputs, x=x, path=path
         )

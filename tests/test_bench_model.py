@@ -39,8 +39,8 @@ def test_the_harness_runs_and_writes_a_well_formed_file(tmp_path, capsys):
         assert row["fb_peak_x_sdpa"] == pytest.approx(peak / base["fb_peak_mib"])
         assert row["fb_peak_x_nope"] == pytest.approx(peak / nope["fb_peak_mib"])
     # the path a causal call takes: CoPE's causal_attention is on the fused path
-    assert by_name["t5"]["path"] == by_name["cope"]["path"] == "fast"
-    assert by_name["shaw"]["path"] == "slow"
+    assert by_name["t5"]["path"] == by_name["cope"]["path"] == "fused"
+    assert by_name["shaw"]["path"] == "reference"
     table = out.with_suffix(".md").read_text()
     assert all(f"| {name} |" in table for name in names)
     assert table == capsys.readouterr().out.strip() + "\n"

@@ -88,7 +88,7 @@ def test_the_output_rotation_undoes_the_value_rotation_at_one_key():
         assert_close(pl.attention(q, k, v, pe, at, at), v)
 
 
-@pytest.mark.parametrize("path", ["fast", "slow"])
+@pytest.mark.parametrize("path", ["fused", "reference"])
 def test_rotated_values_decode_with_a_cache_as_the_full_pass(path):
     torch.manual_seed(3)
     layer = pl.MultiHeadAttention(16, 2, pl.SinkValueRotary(8, 2)).double()
@@ -109,7 +109,7 @@ def test_gradients_agree_on_the_fast_and_the_slow_path():
     layer = pl.MultiHeadAttention(16, 2, pe).double()
     x = torch.randn(2, 9, 16, **T, requires_grad=True)
     grads = []
-    for path in ("slow", "fast"):
+    for path in ("reference", "fused"):
         x.grad = None
         layer.zero_grad()
         layer(x, torch.arange(9) * 3, causal=True, path=path).square().sum().backward()
@@ -126,7 +126,7 @@ def test_flex_runs_rotated_values_between_its_transforms():
     pos = torch.arange(12)[None] * 2 + 3
     pe = pl.ValueRotary(8)
     with torch.no_grad():
-        slow = pl.attention(q, k, v, pe, pos, pos, causal=True, path="slow")
+        slow = pl.attention(q, k, v, pe, pos, pos, causal=True, path="reference")
         try:
             flex = pl.attention(q, k, v, pe, pos, pos, causal=True, path="flex")
         except RuntimeError as error:  # no C++ compiler here: the library says so
@@ -229,7 +229,7 @@ def test_compressed_attention_runs_the_same_on_every_path():
         layer.compressor.position_bias.normal_()
     x = torch.randn(2, 13, 16, **T, requires_grad=True)
     grads = []
-    for path in ("slow", "fast"):
+    for path in ("reference", "fused"):
         x.grad = None
         layer.zero_grad()
         layer(x, path=path).square().sum().backward()
@@ -374,7 +374,7 @@ def test_v4_attention_matches_transformers():
     with torch.no_grad():
         pe.sinks.copy_(torch.tensor(V4["sinks"]))
     assert 1 / math.sqrt(d) == pytest.approx(CFG["scaling"])
-    for path in ("slow", "fast"):
+    for path in ("reference", "fused"):
         out = pl.attention(q, keys, keys, pe, pos, k_pos, mask=mask, path=path)
         assert_close(out, torch.tensor(V4["out"], **T), rtol=1e-4, atol=1e-5)
 

@@ -45,9 +45,9 @@ def test_a_scan_numba_cannot_compile_is_said_and_torch_does_the_work(scan, monke
     pe = layer(8, 6)
     q, k, v = qkv(1, 2, 7, 7, 8, 8)
     with pytest.warns(RuntimeWarning, match="compiled scan failed.*cannot type"):
-        fast = pl.attention(q, k, v, pe, causal=True, path="fast")
+        fast = pl.attention(q, k, v, pe, causal=True, path="fused")
     assert cope._COMPILED == {torch.float64: None}
-    assert_close(fast, pl.attention(q, k, v, pe, causal=True, path="slow"))
+    assert_close(fast, pl.attention(q, k, v, pe, causal=True, path="reference"))
 
 
 def layer(d_head, n_positions, dtype=torch.float64, seed=0):
@@ -87,8 +87,8 @@ def test_blocks_equal_the_reference(i, j, n_positions, dtype, monkeypatch):
     q, k, v = qkv(2, 3, i, j, 8, 5, dtype)
     grad_out = torch.randn(2, 3, i, 5, generator=torch.Generator().manual_seed(2))
     grad_out = grad_out.to(dtype)
-    slow = run(pe, q, k, v, "slow", grad_out)
-    for path in ("fast", "auto"):  # auto picks the fast path for this call
+    slow = run(pe, q, k, v, "reference", grad_out)
+    for path in ("fused", "auto"):  # auto picks the fast path for this call
         fast = run(pe, q, k, v, path, grad_out)
         for name, a, b in zip(("out", "dq", "dk", "dv", "de"), fast, slow):
             assert_close(a, b, **({} if dtype == torch.float64 else F32), msg=name)
@@ -102,7 +102,7 @@ def test_the_default_block_and_a_longer_sequence_equal_the_reference():
         q, k, v = qkv(1, 2, 300, 300, 16, 16)
         grad_out = torch.randn(1, 2, 300, 16, dtype=torch.float64)
         for a, b in zip(
-            run(pe, q, k, v, "fast", grad_out), run(pe, q, k, v, "slow", grad_out)
+            run(pe, q, k, v, "fused", grad_out), run(pe, q, k, v, "reference", grad_out)
         ):
             assert_close(a, b)
 
@@ -117,7 +117,7 @@ def test_an_integer_position_has_the_references_subgradient(monkeypatch):
     q, k = q.sign() * 30, k.sign() * 30  # |s| >= 30 * 30 / 2: gates 0 or 1 exactly
     grad_out = torch.randn(1, 2, 10, 3, dtype=torch.float64)
     for a, b in zip(
-        run(pe, q, k, v, "fast", grad_out), run(pe, q, k, v, "slow", grad_out)
+        run(pe, q, k, v, "fused", grad_out), run(pe, q, k, v, "reference", grad_out)
     ):
         assert_close(a, b)
 
@@ -142,7 +142,7 @@ def test_gradcheck(monkeypatch):
         with torch.no_grad():
             pe.pos_emb.copy_(table)
         out = pe.causal_attention(q, k, v, 0.5)
-        ref = pl.attention(q, k, v, pe, causal=True, path="slow")
+        ref = pl.attention(q, k, v, pe, causal=True, path="reference")
         assert_close(out, ref)
 
 
@@ -152,10 +152,10 @@ def test_bfloat16_is_computed_in_float32_and_returned_in_bfloat16(monkeypatch):
     monkeypatch.setattr(cope, "BLOCK", 4)
     pe = layer(8, 8, torch.float32)
     q, k, v = qkv(2, 3, 11, 11, 8, 8, torch.float32, spread=1.0)
-    ref = pl.attention(q, k, v, pe, causal=True, path="fast")
+    ref = pl.attention(q, k, v, pe, causal=True, path="fused")
     half = layer(8, 8, torch.bfloat16)
     q, k, v = (t.to(torch.bfloat16).requires_grad_() for t in (q, k, v))
-    out = pl.attention(q, k, v, half, causal=True, path="fast")
+    out = pl.attention(q, k, v, half, causal=True, path="fused")
     assert out.dtype == torch.bfloat16
     assert_close(out.float(), ref, atol=3e-2, rtol=3e-2)
     out.float().square().sum().backward()
@@ -183,7 +183,7 @@ def test_trains_without_an_n_by_n_tensor():
 
         def step():
             pl.attention(
-                q, k, v, pe, causal=True, path="fast"
+                q, k, v, pe, causal=True, path="fused"
             ).square().mean().backward()
 
         _, peaks[n] = pl.tensor_memory(step)

@@ -178,7 +178,7 @@ def test_attention_on_every_path_runs_on_the_device_as_on_the_cpu(name, device):
     assert_on(device, *gpu.parameters(), *gpu.buffers())
     x = torch.randn(2, 10, D_MODEL)
     pos, inputs = example(pe, 2, 10, shift=3)
-    paths = ["slow"] if pe.needs_score_path else ["slow", "fast"]
+    paths = ["reference"] if pe.needs_score_path else ["reference", "fused"]
     for causal in (True,) if pe.causal_only else (False, True):
         for path in paths:
             want = host(x, pos, causal=causal, path=path, inputs=inputs)

@@ -93,11 +93,11 @@ def test_the_form_explain_path_names_is_the_one_that_runs(name, kind, monkeypatc
     x = torch.randn(1, 10, 32)
     with torch.no_grad():
         mha(x, positions=positions)
-    assert ran == ([choice.form] if choice.path == "fast" else []), (choice, ran)
-    if choice.path == "slow":
+    assert ran == ([choice.form] if choice.path == "fused" else []), (choice, ran)
+    if choice.path == "reference":
         with pytest.raises(ValueError) as refused:
-            mha(x, positions=positions, path="fast")
-        assert str(refused.value) == choice.not_taken["fast"]
+            mha(x, positions=positions, path="fused")
+        assert str(refused.value) == choice.not_taken["fused"]
 
 
 @pytest.mark.parametrize(
@@ -108,7 +108,7 @@ def test_the_form_explain_path_names_is_the_one_that_runs(name, kind, monkeypatc
 )  # fmt: skip
 def test_explain_path_names_each_form_and_why_the_others_are_not_taken(name, form):
     choice = pl.explain_path(build(name))  # causal, in token order: the forms' call
-    assert (choice.path, choice.form) == ("fast", form), choice
+    assert (choice.path, choice.form) == ("fused", form), choice
     assert set(choice.not_taken) >= set(forms.NAMES) - {form}
     assert form in str(choice)
 
@@ -120,14 +120,16 @@ def test_explain_path_says_why_a_form_is_not_taken():
     sb = build("stick_breaking")
     gaps = pl.prepare(sb, 1, 4, 8, 8, torch.arange(8) * 2, torch.arange(8) * 2, True)
     sb = pl.explain_path(sb, gaps)
-    assert sb.path == "slow" and "causal_attention serves" in sb.not_taken["fast"]
+    assert sb.path == "reference" and "causal_attention serves" in sb.not_taken["fused"]
     assert pl.explain_path(fox, path="flex").form == "flex"
     weights = pl.explain_path(fox, return_weights=True)
-    assert weights.form == "reference" and "return_weights" in weights.not_taken["fast"]
+    assert (
+        weights.form == "reference" and "return_weights" in weights.not_taken["fused"]
+    )
 
 
 @pytest.mark.parametrize("new, old", [("reference", "slow"), ("fused", "fast")])
-def test_the_paths_named_for_what_runs_are_the_old_ones(new, old):
+def test_the_old_path_names_are_aliases_of_the_names_that_say_what_runs(new, old):
     torch.manual_seed(0)
     mha = pl.MultiHeadAttention(32, 4, "alibi")
     x = torch.randn(2, 9, 32)
@@ -198,10 +200,10 @@ def test_fast_score_bias_equals_the_formula_forward_and_backward(case):
         choice = pl.explain_path(pe, positions, dtype=torch.float64)
         band = (
             isinstance(pe, pl.T5RelativeBias)
-            and choice.path == "fast"
+            and choice.path == "fused"
             and forms.Call.of(positions, torch.float64).ordered
         )
         assert choice.form == ("band_bias" if band else "fast_score_bias"), choice
-        for path in ("slow", "fast"):
+        for path in ("reference", "fused"):
             results.append(pl.attention(q, k, v, pe, q_pos, k_pos, path=path, **kw))
         assert_close(results[-1], results[-2])

@@ -189,7 +189,7 @@ def test_score_mod_keeps_the_digits_in_float32_too():
 def test_gradients_reach_the_gates_and_stay_finite():
     mha = pl.MultiHeadAttention(16, 4, pl.ForgettingAttention(16, 4))
     x = torch.randn(2, 10, 16)
-    for path in ("fast", "slow"):
+    for path in ("fused", "reference"):
         mha.zero_grad()
         mha(x, causal=True, path=path).square().sum().backward()
         grad = mha.pe.gate.weight.grad
@@ -202,7 +202,8 @@ def test_fast_sdpa_path_equals_the_slow_path_with_shifted_positions():
     x = torch.randn(2, 15, 32, dtype=torch.float64)
     pos = torch.arange(15) + 7
     assert_close(
-        mha(x, pos, causal=True, path="fast"), mha(x, pos, causal=True, path="slow")
+        mha(x, pos, causal=True, path="fused"),
+        mha(x, pos, causal=True, path="reference"),
     )
 
 
@@ -255,7 +256,7 @@ def test_attention_matches_fla_naive_forgetting_attn(name):
         pe.gate.bias.copy_(torch.tensor(case["gate_bias"], dtype=torch.float64))
     assert_close(pe.log_forget_gates(x), fla_to_ours(case["log_f"]), rtol=0, atol=1e-6)
     q, k, v = (fla_to_ours(case[key]) for key in "qkv")  # (b, h, t, d)
-    for path in ("fast", "slow"):
+    for path in ("fused", "reference"):
         out = pl.attention(q, k, v, pe, causal=True, x=x, path=path)  # (b, h, t, d)
         assert_close(out, fla_to_ours(case["out"]), rtol=1e-5, atol=1e-5)
 
@@ -325,7 +326,7 @@ def test_a_variant_that_overrides_the_gates_is_what_the_layer_uses():
     q, k, v = (torch.randn(2, 4, 6, 8, generator=g) for _ in range(3))
     x = torch.randn(2, 6, 32, generator=g)
     want = pl.attention(q, k, v, pl.NoPE(), causal=True)
-    for path in ("slow", "fast"):
+    for path in ("reference", "fused"):
         got = pl.attention(q, k, v, NoForgetting(32, 4), causal=True, x=x, path=path)
         assert_close(got, want)
     base = pl.attention(q, k, v, pl.ForgettingAttention(32, 4), causal=True, x=x)

@@ -171,7 +171,7 @@ def test_blocks_are_larger_for_a_large_call_off_the_cpu(name, monkeypatch):
     with fake_cuda():
         gpu = mha.double().to("cuda")
         results = []
-        for path in ("slow", "fast"):
+        for path in ("reference", "fused"):
             xd = x.detach().to("cuda").requires_grad_()
             gpu.zero_grad()
             out = gpu(xd, causal=True, path=path)

@@ -134,12 +134,12 @@ def test_the_attention_benchmark_is_bounded_and_writes_row_by_row(
 
     monkeypatch.setenv(bench_attention.MMAP_VAR, "65536")  # no re-exec in a test
     out = tmp_path / "attention_cpu.csv"
-    argv = ["--n", "16", "32", "--names", "alibi", "--paths", "fast", "flex",
+    argv = ["--n", "16", "32", "--names", "alibi", "--paths", "fused", "flex",
             "--repeats", "2", "--out", str(out)]  # fmt: skip
     assert bench_attention.main([*argv, "--max-compiles", "0"]) == 0
     data = json.loads(out.with_suffix(".json").read_text())
     rows = {(r["n"], r["path"], r["positions"]): r for r in data["rows"]}
-    assert rows[16, "fast", "explicit"]["fwd_x"] > 0
+    assert rows[16, "fused", "explicit"]["fwd_x"] > 0
     capped = "not run: FlexAttention compiles capped at 0 (--max-compiles)"
     assert rows[16, "flex", "explicit"]["note"] == capped
     assert data["meta"]["complete"] and data["meta"]["stopped"] is None

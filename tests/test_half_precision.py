@@ -6,9 +6,9 @@ inputs in float32, on the CPU and on CUDA when present:
 
     max |out_half - out_fp32| <= TOL[dtype] * max |out_fp32|
 
-for ``MultiHeadAttention`` on every path the encoding allows ("slow"; "fast" unless
-``needs_score_path``), causal and bidirectional (unless ``causal_only``), and for a
-two-layer ``TinyTransformer``'s logits. A backward pass in half precision gives finite
+for ``MultiHeadAttention`` on every path the encoding allows ("reference"; "fused"
+unless ``needs_score_path``), causal and bidirectional (unless ``causal_only``), and for
+a two-layer ``TinyTransformer``'s logits. A backward pass in half precision gives finite
 gradients in the half dtype.
 
 **The tolerance** is 4 eps of the dtype: bfloat16 ``4 * 2^-7 = 0.031``, float16
@@ -106,7 +106,7 @@ def test_attention_in_half_precision_equals_float32(name, dtype, device):
     mha = mha.to(device)
     pos, inputs, x = example(pe, device)
     half_inputs = cast(inputs, dtype)
-    for path in ("slow",) if pe.needs_score_path else ("slow", "fast"):
+    for path in ("reference",) if pe.needs_score_path else ("reference", "fused"):
         for causal in causals(pe):
             with torch.no_grad():
                 ref = mha(x, pos, causal=causal, path=path, inputs=inputs)
@@ -114,7 +114,7 @@ def test_attention_in_half_precision_equals_float32(name, dtype, device):
                     x.to(dtype), pos, causal=causal, path=path, inputs=half_inputs
                 )
             assert_matches(out, ref, dtype, f"{name}, {path}, causal={causal}")
-    out = half(x.to(dtype), pos, causal=True, path="slow", inputs=half_inputs)
+    out = half(x.to(dtype), pos, causal=True, path="reference", inputs=half_inputs)
     out.float().square().mean().backward()
     assert_finite_grads(half, dtype, f"{name}, slow path")
 

@@ -66,7 +66,7 @@ def test_the_committed_benchmark_covers_every_encoding_and_path():
     assert set(pl.REGISTRY) <= measured, sorted(set(pl.REGISTRY) - measured)
     for name in pl.REGISTRY:
         paths = {r["path"] for r in rows if r["encoding"] == name}
-        assert {"fast", "slow", "flex"} <= paths, (name, paths)
+        assert {"fused", "reference", "flex"} <= paths, (name, paths)
 
 
 def test_the_committed_benchmark_has_the_float_mask_each_form_replaces():
@@ -99,8 +99,8 @@ def test_the_benchmarks_mask_path_runs_the_bias_as_a_float_mask(monkeypatch):
         twin = float_mask_twin(pe)
         q, k, v = (torch.randn(1, 4, 40, 8, dtype=torch.float64) for _ in range(3))
         x = torch.randn(1, 40, 32, dtype=torch.float64)
-        got = pl.attention(q, k, v, twin, causal=True, path="fast", x=x)
-        want = pl.attention(q, k, v, pe, causal=True, path="slow", x=x)
+        got = pl.attention(q, k, v, twin, causal=True, path="fused", x=x)
+        want = pl.attention(q, k, v, pe, causal=True, path="reference", x=x)
         torch.testing.assert_close(got, want)
     assert calls == []  # neither form was used
 
@@ -139,11 +139,11 @@ def _attention_file(stopped=None):
         reference="F.scaled_dot_product_attention(q, k, v, is_causal=True)",
     )  # fmt: skip
     rows = [
-        dict(n=2048, encoding="alibi", path="fast", positions="explicit",
+        dict(n=2048, encoding="alibi", path="fused", positions="explicit",
              default=True, fwd_x=1.5, fb_x=2.0),
-        dict(n=2048, encoding="t5", path="fast", positions="explicit", default=True,
+        dict(n=2048, encoding="t5", path="fused", positions="explicit", default=True,
              fwd_x=1.25),  # no backward measured: printed as "-"
-        dict(n=8192, encoding="alibi", path="fast", positions="explicit",
+        dict(n=8192, encoding="alibi", path="fused", positions="explicit",
              default=True, note="not run: past the time budget (--deadline-s)"),
     ]  # fmt: skip
     return dict(meta=meta, rows=rows)
@@ -159,7 +159,7 @@ def _model_file():
     rows = [
         dict(model="sdpa (baseline)", path="sdpa", fb_x_nope=0.9, fwd_x_nope=0.9,
              fb_peak_x_nope=1.0),
-        dict(model="nope", path="fast", fb_x_nope=1.0, fwd_x_nope=1.0,
+        dict(model="nope", path="fused", fb_x_nope=1.0, fwd_x_nope=1.0,
              fb_peak_x_nope=1.0),
         dict(model="cope", note="refused: planted"),
     ]  # fmt: skip
@@ -213,14 +213,16 @@ def test_a_run_is_named_by_the_fields_it_recorded():
 
 
 def _cost_cells():
-    """The cost chapter's cells that read the committed GPU files."""
+    """The cost chapter's cells that read the committed GPU files, each with the
+    hidden cell after it that glues its numbers (id ``<its id>-glue``), if any."""
     import json
     import pathlib
 
     path = pathlib.Path(__file__).parents[1] / "book" / "part6" / "cost.ipynb"
     cells = json.loads(path.read_text())["cells"]
+    glue = {c.get("id"): "".join(c["source"]) for c in cells}
     return [
-        "".join(c["source"])
+        "".join(c["source"]) + "\n" + glue.get(f"{c.get('id')}-glue", "")
         for c in cells
         if c["cell_type"] == "code" and "pl.benchmark_devices(" in "".join(c["source"])
     ]
@@ -254,3 +256,14 @@ def test_the_cost_chapter_reads_whatever_gpu_files_exist(
     assert ("holds no GPU run: every ratio above is from the CPU" in printed) == (
         not attention
     )
+
+
+def test_the_committed_runs_name_their_paths_for_what_ran():
+    """The committed benchmark files use the path names of this release ("fused",
+    "reference"; the old "fast" and "slow" are only aliases of ``path=``)."""
+    from tools.measure import relabel_paths
+
+    assert relabel_paths.main(["--check"]) == 0
+    for device in pl.benchmark_devices("attention"):
+        _, rows = pl.attention_benchmark(device)
+        assert {r["path"] for r in rows} <= {"fused", "reference", "flex", "mask"}

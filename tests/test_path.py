@@ -96,7 +96,7 @@ def test_encoding_equals_path_attention_with_its_own_w_and_beta():
         assert ((beta > 0) & (beta < 2)).all()
         log_f = F.logsigmoid(pe.gate(x)).transpose(1, 2) if gate else None
         expected = pl.path_attention(q, k, v, w, beta, log_f=log_f)
-        for path in ("slow", "fast"):
+        for path in ("reference", "fused"):
             out = pl.attention(q, k, v, pe, causal=True, x=x, path=path)
             assert_close(out, expected)
 
@@ -212,7 +212,7 @@ def test_layer_on_several_chunks_equals_the_loop(gate, shuffle):
         bias = bias + pl.forgetting_bias(log_f, pos)
     assert_close(pe.score_bias(q, k, pos, pos, pl.Context(x=x)), bias)
     expected = ((q @ k.mT) / 2 + bias).softmax(-1) @ v
-    for path_ in ("slow", "fast"):
+    for path_ in ("reference", "fused"):
         out = pl.attention(
             q, k, v, pe, q_pos=pos, k_pos=pos, causal=True, x=x, path=path_
         )
@@ -265,7 +265,7 @@ def test_layer_matches_fla_layer_transforms_and_output():
     assert_close(w, fla_to_ours(case["w"]), rtol=1e-5, atol=1e-6)
     assert_close(beta, fla_to_ours(case["beta"]), rtol=1e-5, atol=1e-6)
     q, k, v = (fla_to_ours(case[key]) for key in "qkv")
-    for path in ("slow", "fast"):
+    for path in ("reference", "fused"):
         out = pl.attention(q, k, v, pe, causal=True, x=x, path=path)
         assert_close(out, fla_to_ours(case["out"]), rtol=1e-4, atol=1e-4)
 

@@ -68,16 +68,16 @@ def test_fast_path_equals_slow_path(name, causal):
     mha = pl.MultiHeadAttention(D_MODEL, N_HEADS, pe, input_encoded=True).double()
     x = torch.randn(2, 12, D_MODEL, dtype=torch.float64)
     pos, inputs = example(pe, 2, 12, shift=3)
-    slow = mha(x, pos, causal=causal, path="slow", inputs=inputs)
+    slow = mha(x, pos, causal=causal, path="reference", inputs=inputs)
     assert torch.isfinite(slow).all()
     positions = pl.prepare(pe, 2, N_HEADS, 12, 12, pos, pos, causal, None, inputs)
     choice = pl.explain_path(mha, positions)
-    assert choice.path == "fast" or pe.needs_score_path, choice
-    if choice.path != "fast":
+    assert choice.path == "fused" or pe.needs_score_path, choice
+    if choice.path != "fused":
         with pytest.raises(ValueError, match="overrides a hook past score_bias"):
-            mha(x, pos, causal=causal, path="fast", inputs=inputs)
+            mha(x, pos, causal=causal, path="fused", inputs=inputs)
         return
-    assert_close(mha(x, pos, causal=causal, path="fast", inputs=inputs), slow)
+    assert_close(mha(x, pos, causal=causal, path="fused", inputs=inputs), slow)
     assert_close(mha(x, pos, causal=causal, inputs=inputs), slow)  # auto == fast
 
 
@@ -118,7 +118,9 @@ def test_fast_path_equals_slow_path_for_gaps_and_after_a_training_step(
     for _ in range(2):
         with torch.no_grad():
             fast = mha(x, pos, causal=causal, inputs=inputs)
-            assert_close(fast, mha(x, pos, causal=causal, inputs=inputs, path="slow"))
+            assert_close(
+                fast, mha(x, pos, causal=causal, inputs=inputs, path="reference")
+            )
         perturb_(pe)
 
 
@@ -137,7 +139,7 @@ def test_flex_path_equals_slow_path_or_is_refused_with_the_reason(name, causal, 
     pos, inputs = positions(pe, 2, 12, kind)
     for _ in range(2):
         with torch.no_grad():
-            slow = mha(x, pos, causal=causal, inputs=inputs, path="slow")
+            slow = mha(x, pos, causal=causal, inputs=inputs, path="reference")
             try:
                 flex = mha(x, pos, causal=causal, inputs=inputs, path="flex")
             except ValueError as error:
@@ -176,7 +178,7 @@ def test_flex_path_trains_on_a_card_as_the_slow_path(name):
     pos, inputs = pos.cuda(), {k: t.cuda() for k, t in inputs.items()}
     causal = True
     results = []
-    for path in ("slow", "flex"):
+    for path in ("reference", "flex"):
         x.grad = None
         mha.zero_grad()
         try:
@@ -306,9 +308,9 @@ def test_fused_forms_equal_the_hooks_forward_and_backward(
         results = []
         if pe.needs_score_path and number > 0:  # not its calls: refused by name
             with pytest.raises(ValueError, match="causal_attention serves"):
-                mha(x, causal=True, path="fast", **kw)
+                mha(x, causal=True, path="fused", **kw)
             continue
-        for path in ("slow", "fast"):
+        for path in ("reference", "fused"):
             x.grad = None
             mha.zero_grad()
             (mha(x, causal=True, path=path, **kw) * grad).sum().backward()
@@ -343,7 +345,7 @@ def test_value_and_output_transforms_run_around_the_fused_kernel(name, kind):
     pos, inputs = positions(pe, 2, 11, kind)
     for causal in (True,) if pe.causal_only else (False, True):
         results = []
-        for path in ("slow", "fast"):
+        for path in ("reference", "fused"):
             x.grad = None
             mha.zero_grad()
             out = mha(x, pos, causal=causal, path=path, inputs=inputs)
@@ -584,7 +586,7 @@ def test_causal_calls_follow_the_positions_or_refuse(name, kind):
         args = (q[:, :, rev], k[:, :, rev], v[:, :, rev], pe, pos[:, rev], pos[:, rev])
         kwargs = dict(x=x[:, rev], inputs=_reorder(inputs, rev, n))
         expected = full[:, :, rev]
-    for path in ("slow", "auto"):
+    for path in ("reference", "auto"):
         try:
             out = pl.attention(*args, causal=True, path=path, **kwargs)
         except ValueError as error:  # a refusal must say what it assumes
@@ -620,7 +622,7 @@ def test_the_names_readers_look_for():
     not torch.cuda.is_available(),
     reason="FlexAttention differentiates on a GPU only: runs where CUDA is present",
 )
-@pytest.mark.parametrize("path", ["fast", "flex"])
+@pytest.mark.parametrize("path", ["fused", "flex"])
 @pytest.mark.parametrize("name", NAMES)
 def test_every_path_equals_the_reference_in_training_on_a_gpu(name, path):
     """On CUDA, each path an encoding runs (the fused kernel, FlexAttention) equals the
@@ -635,7 +637,7 @@ def test_every_path_equals_the_reference_in_training_on_a_gpu(name, path):
     pos, inputs = example(pe, 2, 12)
     grad = torch.randn(2, 12, D_MODEL, device=device)
     results = []
-    for p in ("slow", path):
+    for p in ("reference", path):
         x.grad = None
         mha.zero_grad()
         try:

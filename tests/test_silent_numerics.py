@@ -41,7 +41,7 @@ def xpos_reference(q, k, v, pos, d, scale_base=512.0):
 
 
 @pytest.mark.parametrize("start", [40_000, 1_000_000])
-@pytest.mark.parametrize("path", ["slow", "fast"])
+@pytest.mark.parametrize("path", ["reference", "fused"])
 def test_xpos_is_finite_and_right_far_from_position_zero_in_float32(start, path):
     d = 8
     q, k, v = (randn(1, 2, 4, d, seed=s, dtype=torch.float32) for s in (1, 2, 3))
@@ -56,7 +56,7 @@ def test_xpos_is_finite_and_right_far_from_position_zero_in_float16():
     q, k, v = (randn(1, 2, 64, d, seed=s, dtype=torch.float16) for s in (4, 5, 6))
     for start in (5_000, 1_000_000):
         pos = torch.arange(start, start + 64)
-        out = pl.attention(q, k, v, pl.XPos(d), pos, pos, causal=True, path="slow")
+        out = pl.attention(q, k, v, pl.XPos(d), pos, pos, causal=True, path="reference")
         assert torch.isfinite(out).all()
         # float16 angles of RoPE are rounded once: a few 1e-3
         assert_close(out.double(), xpos_reference(q, k, v, pos, d), rtol=0, atol=1e-2)
@@ -125,11 +125,11 @@ def reversed_and_ordered(pe, q, k, v, x=None):
     order: the outputs must be the same tokens' outputs."""
     n = q.shape[2]
     back = torch.arange(n).flip(0)
-    out_rev = pl.attention(q, k, v, pe, back, back, causal=True, x=x, path="slow")
+    out_rev = pl.attention(q, k, v, pe, back, back, causal=True, x=x, path="reference")
     xf = None if x is None else x.flip(1)
     out_ord = pl.attention(
         q.flip(2), k.flip(2), v.flip(2), pe, torch.arange(n), torch.arange(n),
-        causal=True, x=xf, path="slow",
+        causal=True, x=xf, path="reference",
     )  # fmt: skip
     return out_rev, out_ord.flip(2)
 
@@ -160,7 +160,7 @@ def test_cope_counts_in_position_order_for_any_permutation():
     assert_close(out[:, :, order], ref)
 
 
-@pytest.mark.parametrize("path", ["slow", "fast", "flex"])
+@pytest.mark.parametrize("path", ["reference", "fused", "flex"])
 @torch.no_grad()  # FlexAttention runs forward only on CPU
 def test_fox_gates_in_position_order(path):
     dtype = torch.float32 if path == "flex" else torch.float64  # flex: CPU kernel
@@ -185,7 +185,7 @@ def test_fox_gates_in_position_order(path):
 
 
 @pytest.mark.parametrize("name", ["t5", "tener", "transformer_xl"])
-@pytest.mark.parametrize("path", ["slow", "auto"])
+@pytest.mark.parametrize("path", ["reference", "auto"])
 def test_far_apart_positions_cost_what_the_tokens_need(name, path):
     """Four tokens at [0, 1, 2, 10^6]: the relative tables were built over every
     offset in the span (T5's per-offset bias, TENER's and Transformer-XL's
@@ -239,7 +239,7 @@ def test_t5_construction_costs_nothing_for_a_far_max_distance():
     q, k, v = torch.randn(3, 1, 2, 300, 8)
     out, peak = pl.tensor_memory(lambda: pl.attention(q, k, v, pe, causal=True))
     assert peak < 2**22, peak
-    assert_close(out, pl.attention(q, k, v, pe, causal=True, path="slow"))
+    assert_close(out, pl.attention(q, k, v, pe, causal=True, path="reference"))
 
 
 # ---- an infinite bias and enormous log gates on the fused path ----
@@ -256,7 +256,7 @@ def test_t5_with_a_far_bucket_of_minus_inf_is_right_on_the_default_path():
     attn = pl.MultiHeadAttention(16, 2, pe)
     x = torch.randn(2, 200, 16)
     outs, grads = [], []
-    for path in ("auto", "slow"):
+    for path in ("auto", "reference"):
         pe.zero_grad()
         out = attn(x, causal=True, path=path)
         out.square().sum().backward()
@@ -283,7 +283,7 @@ def test_fox_with_enormous_negative_log_gates_is_right_on_the_default_path(n):
     attn = pl.MultiHeadAttention(16, 2, _ClosingFox(16, 2))
     x = torch.randn(1, n, 16)
     fast = attn(x, causal=True)
-    slow = attn(x, causal=True, path="slow")
+    slow = attn(x, causal=True, path="reference")
     assert torch.isfinite(fast).all()
     assert_close(fast, slow)
     v = attn.w_v(x).view(1, n, 2, 8)

@@ -86,7 +86,7 @@ def test_learned_sink_gets_a_gradient_on_the_fused_path_as_on_the_reference():
     mha = pl.MultiHeadAttention(8, 2, pe).double()
     x = torch.randn(1, 5, 8, dtype=torch.float64)
     grads = []
-    for path in ("auto", "slow"):
+    for path in ("auto", "reference"):
         pe.sinks.grad = None
         mha(x, causal=True, path=path).sum().backward()
         grads.append(pe.sinks.grad.clone())
@@ -116,8 +116,8 @@ def test_a_sink_trains_without_an_n_by_n_tensor():
             pl.attention(q, k, v, pe, causal=True, path=path).square().sum().backward()
             return [t.grad.clone() for t in (q, k, v, pe.sinks)]
 
-        fast, peaks[n] = pl.tensor_memory(lambda: step("fast"))
-        for got, want in zip(fast, step("slow")):
+        fast, peaks[n] = pl.tensor_memory(lambda: step("fused"))
+        for got, want in zip(fast, step("reference")):
             assert_close(got, want, atol=1e-5, rtol=1e-4)
     one_score_tensor = b * h * 1024 * 1024 * 4
     assert peaks[1024] < one_score_tensor / 2, (peaks, one_score_tensor)
@@ -303,7 +303,7 @@ def test_layer_patterns_match_the_configs():
     assert g["llama4_floor_scale"] == 8192 and g["llama4_attn_scale"] == 0.1
 
 
-@pytest.mark.parametrize("path", ["slow", "fast"])
+@pytest.mark.parametrize("path", ["reference", "fused"])
 @pytest.mark.parametrize("heads", [2, 8])
 def test_a_sink_refuses_queries_with_another_head_count(path, heads):
     """One sink logit per head: q with another head count is refused by name on

@@ -43,8 +43,8 @@ def test_blocks_equal_the_reference(attend_current, leftover, i, j, dtype, monke
     monkeypatch.setattr(sb, "BLOCK", 4)
     pe = pl.StickBreaking(attend_current, leftover)
     q, k, v, grad = qkv(i=i, j=j, dtype=dtype)
-    slow = run(q, k, v, grad, pe, "slow")
-    for path in ("fast", "auto"):
+    slow = run(q, k, v, grad, pe, "reference")
+    for path in ("fused", "auto"):
         fast = run(q, k, v, grad, pe, path)
         for got, want in zip(fast, slow):
             assert got.dtype == dtype
@@ -59,7 +59,7 @@ def test_blocks_equal_the_reference_with_large_logits(attend_current, leftover):
     pe = pl.StickBreaking(attend_current, leftover)
     q, k, v, grad = qkv(b=1, h=2, i=300, j=300, d=8, e=4, spread=30.0)
     for got, want in zip(
-        run(q, k, v, grad, pe, "fast"), run(q, k, v, grad, pe, "slow")
+        run(q, k, v, grad, pe, "fused"), run(q, k, v, grad, pe, "reference")
     ):
         assert torch.isfinite(got).all()
         assert_close(got, want)
@@ -83,9 +83,9 @@ def test_bfloat16_is_computed_in_float32(monkeypatch):
     monkeypatch.setattr(sb, "BLOCK", 4)
     pe = pl.StickBreaking()
     q, k, v, grad = qkv(i=10, j=13, dtype=torch.bfloat16)
-    fast = run(q, k, v, grad, pe, "fast")
+    fast = run(q, k, v, grad, pe, "fused")
     exact = [t.detach().float().requires_grad_() for t in (q, k, v)]
-    want = run(*exact, grad.float(), pe, "slow")
+    want = run(*exact, grad.float(), pe, "reference")
     for got, ref in zip(fast, want):
         assert got.dtype == torch.bfloat16
         assert_close(got.float(), ref, atol=2e-2, rtol=2e-2)
@@ -99,7 +99,7 @@ def test_trains_without_an_n_by_n_tensor():
     b, h, peaks = 1, 4, {}
     for n in (256, 1024):
         q, k, v, grad = qkv(b=b, h=h, i=n, j=n, d=16, e=16, dtype=torch.float32)
-        _, peaks[n] = pl.tensor_memory(lambda: run(q, k, v, grad, pe, "fast"))
+        _, peaks[n] = pl.tensor_memory(lambda: run(q, k, v, grad, pe, "fused"))
     one_score_tensor = b * h * 1024 * 1024 * 4
     assert peaks[1024] < one_score_tensor / 2, (peaks, one_score_tensor)
     assert peaks[1024] / peaks[256] < 8, peaks  # n^2 would be 16

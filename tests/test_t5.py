@@ -214,13 +214,13 @@ def test_bias_inside_attention_equals_the_bucket_grid_on_every_path():
             want = (q @ k.transpose(-1, -2) + _bias_by_buckets(pe, p, p)).masked_fill(
                 causal & (p[:, None, :] > p[:, :, None])[:, None], float("-inf")
             )
-            for path in ("fast", "slow"):
+            for path in ("fused", "reference"):
                 out = pl.attention(q, k, v, pe, pos, pos, causal=causal, path=path)
                 assert_close(out, want.softmax(-1) @ v)
 
 
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("path", ["slow", "auto"])
+@pytest.mark.parametrize("path", ["reference", "auto"])
 def test_rows_that_start_at_different_positions_are_each_right(causal, path):
     """Left-padded prompts: each row a run of its own (3 .. 8 and 0 .. 5, queries
     the whole row or its last 2). The batch's attention equals the one of each row

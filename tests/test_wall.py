@@ -151,7 +151,7 @@ def test_matches_fla_naive_wall_attn(name):
         pe.gate.bias.copy_(f64(c["g_proj_bias"]))
     assert_close(pe.log_decays(x), g, rtol=1e-5, atol=1e-6)
     want = f64(c["o"]).transpose(1, 2)
-    for path in ("slow", "fast"):
+    for path in ("reference", "fused"):
         got = pl.attention(q, k, v, pe, causal=True, x=x, path=path)
         assert_close(got, want, rtol=1e-4, atol=1e-5)
     assert math.isclose(pe._scale(q), d**-0.5)  # fla's default scale

@@ -16,7 +16,7 @@ contract test holds every backend equal to the reference for every encoding.
 from . import flex, forms, fused
 from .explain import PATHS, SAME_PATH, PathChoice, explain_path
 
-BACKENDS = {"fast": fused, "flex": flex}
+BACKENDS = {"fused": fused, "flex": flex}
 
 __all__ = [
     "BACKENDS", "PATHS", "SAME_PATH", "PathChoice", "explain_path", "flex", "forms",

@@ -15,12 +15,14 @@ from ..positions import Positions, prepare
 from . import flex, fused
 from .forms import Call, choose
 
-PATHS = ("auto", "fast", "slow", "flex", "reference", "fused")  # attention's path=
-SAME_PATH = {"reference": "slow", "fused": "fast"}  # the names that say what runs
+# attention's path=: the names say what runs; "slow" and "fast", the names of the
+# previous release, are kept as aliases of "reference" and "fused" for this one
+PATHS = ("auto", "reference", "fused", "flex", "slow", "fast")
+SAME_PATH = {"slow": "reference", "fast": "fused"}
 
 
 class PathChoice(NamedTuple):
-    """``path``: "slow" (the reference), "fast" (the fused backend) or "flex";
+    """``path``: "reference", "fused" (the fused backend) or "flex";
     ``form``: what runs ("reference", "flex", or the fused backend's first form that
     takes the call, which runs it when its hook returns a tensor for it);
     ``not_taken``: for every other path and form, why not."""
@@ -61,25 +63,25 @@ def explain_path(
         inputs = pe.example_inputs(1, n) or None
         positions = prepare(pe, 1, 1, n, n, None, None, causal, mask, inputs, device)
     not_taken: dict[str, str] = {}
-    for name, backend in (("fast", fused), ("flex", flex)):
+    for name, backend in (("fused", fused), ("flex", flex)):
         why = backend.refuses(pe, return_weights, positions)
         if why is not None:
             not_taken[name] = why
     if path == "auto":
-        path = "slow" if "fast" in not_taken else "fast"
+        path = "reference" if "fused" in not_taken else "fused"
         not_taken.setdefault("flex", "path='auto' never chooses it: pass path='flex'")
-    if path == "slow":
-        not_taken.setdefault("fast", "path='slow' asks for the reference")
-        return PathChoice("slow", "reference", not_taken)
+    if path == "reference":
+        not_taken.setdefault("fused", "path='reference' asks for the reference")
+        return PathChoice("reference", "reference", not_taken)
     if path in not_taken:
         raise ValueError(not_taken[path])
-    not_taken["slow"] = f"path={path!r} runs a backend, not the reference"
+    not_taken["reference"] = f"path={path!r} runs a backend, not the reference"
     if path == "flex":
-        not_taken.setdefault("fast", "path='flex' asks for FlexAttention")
+        not_taken.setdefault("fused", "path='flex' asks for FlexAttention")
         return PathChoice("flex", "flex", not_taken)
     rows, reasons = choose(pe, Call.of(positions, dtype))
     first = rows[0].form.NAME
     later = {
         row.form.NAME: f"runs where {first}'s hook returns None" for row in rows[1:]
     }
-    return PathChoice("fast", first, {**not_taken, **reasons, **later})
+    return PathChoice("fused", first, {**not_taken, **reasons, **later})

@@ -51,7 +51,7 @@ def attend(q, k, v, pe: PositionalEncoding, pos: Positions, ctx: Context, scale)
         if any(t.requires_grad for t in (q, k, v, *pe.parameters())):
             raise ValueError(
                 "path='flex' runs forward only on CPU (FlexAttention has no CPU "
-                "backward): call it under torch.no_grad(), or use path='fast'"
+                "backward): call it under torch.no_grad(), or use path='fused'"
             )
     b, h, i, _ = q.shape
     j = k.shape[2]
@@ -139,7 +139,7 @@ def compiled():
     except ImportError:
         raise RuntimeError(
             f"path='flex' needs FlexAttention (torch >= 2.5); this is torch "
-            f"{torch.__version__}. Use path='fast' or 'slow'."
+            f"{torch.__version__}. Use path='fused' or 'reference'."
         ) from None
     # static shapes: torch 2.13's CPU template miscompiles some dynamic-shape graphs;
     # one graph per shape, mod and mask kind
@@ -172,13 +172,13 @@ def compiled():
                     f"({settings[limit]} graphs of FlexAttention in this process) is "
                     "reached; past it FlexAttention would run unfused, building the "
                     "n x n scores. Call torch._dynamo.reset() to start again, or use "
-                    "path='fast'."
+                    "path='fused'."
                 ) from error
             first = str(error).strip().splitlines()[0] if str(error) else ""
             raise RuntimeError(
                 "path='flex' could not compile FlexAttention "
                 f"({type(error).__name__}: {first}). On CPU, torch.compile needs a "
-                "working C++ compiler; use path='fast' or 'slow'."
+                "working C++ compiler; use path='fused' or 'reference'."
             ) from error
 
     return run

@@ -1,4 +1,4 @@
-"""The fused backend (``path="fast"``): PyTorch's ``scaled_dot_product_attention``,
+"""The fused backend (``path="fused"``): PyTorch's ``scaled_dot_product_attention``,
 in the form that the table of fast forms (``forms.FORMS``) chooses for the call.
 
 The forms, each a module of this package that states its identity and names the test
@@ -30,12 +30,12 @@ from .forms import Call, choose
 def refuses(pe: PositionalEncoding, return_weights: bool, pos=None) -> str | None:
     """Why this backend cannot run ``pe`` (on the call of ``pos``), or None."""
     if return_weights:
-        return "path='fast' cannot be used with return_weights"
+        return "path='fused' cannot be used with return_weights"
     if choose(pe, Call.of(pos, None))[0]:
         return None
     own = overrides(pe, "causal_attention")
     return (
-        f"path='fast' cannot be used with {type(pe).__name__}, which overrides a "
+        f"path='fused' cannot be used with {type(pe).__name__}, which overrides a "
         "hook past score_bias"
         + (
             " (its causal_attention serves causal calls in token order over a "

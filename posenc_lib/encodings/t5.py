@@ -279,8 +279,8 @@ class T5RelativeBias(PositionalEncoding):
             raise ValueError(
                 f"path='flex' reads T5's bias from a table over the call's offsets, "
                 f"{hi - lo + 1} of them here (more than {MAX_TABLE}: positions far "
-                f"apart and max_distance={self.max_distance}); use path='slow' or "
-                "'fast', which read the buckets of the pairs"
+                f"apart and max_distance={self.max_distance}); use path='reference' or "
+                "'fused', which read the buckets of the pairs"
             )
         per_offset = self.per_offset(lo, hi).contiguous()  # (h, L): b_h[bucket(r)]
 

@@ -4,15 +4,15 @@
     python -m tools.measure.bench_attention --n 2048 --names nope rope alibi t5
     python -m tools.measure.bench_attention --profile gpu --deadline-s 120  # GPU run
 
-Reference (1.00): plain ``F.scaled_dot_product_attention(q, k, v, is_causal=True)``,
-b = 1, h = 4, d = 32, measured in the same run. Then every registered encoding on each
-path it supports (``fast``, ``slow``, ``flex``; ``auto`` marks the default one), causal,
-with the encoding's example positions (``arange(n)`` for a sequence) and side inputs,
-and for a sequence encoding its default path once more with ``q_pos = k_pos = None``
-(column ``positions``: ``explicit`` or ``default``). Path ``mask``, for an encoding
-with a ``key_bias`` or ``band_bias`` form (ALiBi, FoX, T5): the fused path with that
-form switched off, so that the bias reaches the kernel as a float mask, as most code
-runs it: what the form trades against.
+Reference (1.00): plain ``F.scaled_dot_product_attention(q, k, v, is_causal=True)``, b =
+1, h = 4, d = 32, measured in the same run. Then every registered encoding on each path
+it supports (``fused``, ``reference``, ``flex``; ``auto`` marks the default one),
+causal, with the encoding's example positions (``arange(n)`` for a sequence) and side
+inputs, and for a sequence encoding its default path once more with ``q_pos = k_pos =
+None`` (column ``positions``: ``explicit`` or ``default``). Path ``mask``, for an
+encoding with a ``key_bias`` or ``band_bias`` form (ALiBi, FoX, T5): the fused path with
+that form switched off, so that the bias reaches the kernel as a float mask, as most
+code runs it: what the form trades against.
 
 * ``fwd``: forward under ``torch.no_grad()``; every call shares one ``Positions``
   (``pl.prepare``), as the layers of one forward pass do, so what depends only on
@@ -29,8 +29,9 @@ runs it: what the form trades against.
 
 Times are the best of interleaved repeats (reference and candidate alternate, so load
 drift hits both), one thread. A configuration whose memory, extrapolated from the
-previous n as n^2, would pass ``--max-mib`` is skipped and says so, as is the slow
-path above ``--slow-max-n`` (2048: it grows as n^2 and is the same einsum for all).
+previous n as n^2, would pass ``--max-mib`` is skipped and says so, as is the
+reference path above ``--reference-max-n`` (2048: it grows as n^2 and is the same
+einsum for all).
 FlexAttention on CPU has no backward: its ``fwd+bwd`` is empty there; its first call's
 compile time is reported. Writes ``posenc_lib/data/attention_<device>.csv`` and
 ``.json`` (one row per n, encoding, path and positions; shipped with the library and
@@ -63,6 +64,7 @@ import sys
 import time
 import warnings
 
+from posenc_lib.backends.explain import SAME_PATH
 from tools.measure import version
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -150,8 +152,8 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=int, nargs="+")
     parser.add_argument("--names", nargs="+", help="encodings (default: all)")
     parser.add_argument(
-        "--paths", nargs="+", default=["fast", "slow", "flex", "mask"],
-        choices=["fast", "slow", "flex", "mask"],
+        "--paths", nargs="+", default=["fused", "reference", "flex", "mask"],
+        choices=["fused", "reference", "flex", "mask", "fast", "slow"],  # old names
     )  # fmt: skip
     parser.add_argument("--flex-n", type=int, nargs="+", help="lengths for flex")
     parser.add_argument("--repeats", type=int, default=5, help="best of (default 5)")
@@ -169,8 +171,8 @@ def main(argv=None) -> int:
     )  # fmt: skip
     parser.add_argument("--max-mib", type=float, default=3000.0)
     parser.add_argument(
-        "--slow-max-n", type=int, default=2048,
-        help="largest n for the slow (explicit scores) path; it grows as n^2",
+        "--reference-max-n", "--slow-max-n", type=int, default=2048,
+        help="largest n for the reference (explicit scores) path; it grows as n^2",
     )  # fmt: skip
     parser.add_argument("--out", type=pathlib.Path, help="CSV path (JSON beside it)")
     parser.add_argument(
@@ -179,6 +181,7 @@ def main(argv=None) -> int:
         "or other paths of these); the merged rows are marked in their note",
     )  # fmt: skip
     args = parser.parse_args(argv)
+    args.paths = [SAME_PATH.get(p, p) for p in args.paths]  # the old names
     for key, value in PROFILES[args.profile].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -299,7 +302,7 @@ def measure(name, path, n, q, k, v, qg, kg, vg, sdpa_fwd, sdpa_fb, base_peak, ar
     }
     x = torch.randn(B, n, H * D, device=device)
     causal = pl.prepare(pe, B, H, n, n, pos, pos, True, None, inputs, device)
-    default = "fast" if pe.runs_fused(causal) else "slow"  # this call's path
+    default = "fused" if pe.runs_fused(causal) else "reference"  # this call's path
     if path == "mask" and float_mask_twin(pe) is None:
         return  # no form to switch off
     runs = [(path, "explicit")]
@@ -319,7 +322,7 @@ def measure(name, path, n, q, k, v, qg, kg, vg, sdpa_fwd, sdpa_fb, base_peak, ar
         shared = prepared()
         # path mask: the fused path with the bias as a float mask
         run_pe = float_mask_twin(pe) if path == "mask" else pe
-        run_path = "fast" if path == "mask" else path
+        run_path = "fused" if path == "mask" else path
 
         def call(q_, k_, v_, path=run_path, pe=run_pe, shared=shared, x=x):
             # a graph cannot be reused after its backward: training calls (q_
@@ -350,8 +353,8 @@ def measure(name, path, n, q, k, v, qg, kg, vg, sdpa_fwd, sdpa_fb, base_peak, ar
                 note = f"not run: FlexAttention compiles capped at {args.max_compiles}"
                 yield {**row, "note": note + " (--max-compiles)"}
                 continue
-        if path == "slow" and n > args.slow_max_n:
-            yield {**row, "note": "skipped: slow path above --slow-max-n"}
+        if path == "reference" and n > args.reference_max_n:
+            yield {**row, "note": "skipped: reference path above n_max"}
             continue
         if key in last_peak:  # memory grows as n^2 at most
             prev_n, prev_mib = last_peak[key]

@@ -351,7 +351,9 @@ def main(argv=None) -> int:
                 models[name] = model
                 # the path a causal call in token order takes (the model's calls)
                 causal = pl.prepare(model.pe, 1, 1, 2, 2, causal=True, device=device)
-                default_path[name] = "fast" if model.pe.runs_fused(causal) else "slow"
+                default_path[name] = (
+                    "fused" if model.pe.runs_fused(causal) else "reference"
+                )
             meta = dict(
                 device=args.device,
                 device_name=(
