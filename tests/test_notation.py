@@ -57,6 +57,7 @@ ALIASES = {
     "sequence length": ["length", "tokens", "keys", "window", "sequence"],
     "query position and key position": ["query at", "key at", "queries at", "keys at"],
     "training length": ["length", "trained", "training"],
+    "the length being read": ["length"],
     "evaluation length": ["length"],
 }
 CHECKED = ["b", "h", "H", "d", "D", "n", "m", "L", "N"]
@@ -116,12 +117,15 @@ def notation_table(text: str | None = None) -> dict[str, list[tuple[str, set | N
 
 
 def markdown(nb: dict) -> list[tuple[int, str]]:
-    """(cell index, text) of every Markdown cell, glue roles made plain."""
-    return [
-        (k, re.sub(r"\{glue:text\}`[^`]*`", "X", "".join(c["source"])))
-        for k, c in enumerate(nb["cells"])
-        if c["cell_type"] == "markdown"
-    ]
+    """(cell index, text) of every Markdown cell, glue roles made plain and quoted
+    lines (a paper's own words, in its notation) left out."""
+    out = []
+    for k, c in enumerate(nb["cells"]):
+        if c["cell_type"] == "markdown":
+            text = re.sub(r"\{glue:text\}`[^`]*`", "X", "".join(c["source"]))
+            text = "\n".join(line for line in text.split("\n") if not line.startswith(">"))
+            out.append((k, text))
+    return out
 
 
 def meanings_in(table, symbol: str, entry: str) -> list[str]:
@@ -203,6 +207,21 @@ def offsets_the_other_way(nb: dict, entry: str, exceptions: set) -> list[str]:
     return out
 
 
+def other_names(nb: dict, entry: str) -> list[str]:
+    """Sizes the table names written another way: the model dimension as d_model
+    (Vaswani et al.'s letters; the book's is $D$), the relative rotation of RoFormer's
+    letters the wrong way round ($R_{m-n}$ for $R_m^\\top R_n = R_{n-m}$)."""
+    out = []
+    for k, text in markdown(nb):
+        for found in re.finditer(r"d_\{?\\(?:text|mathrm)\{model\}\}?", text):
+            if re.search(r"\$D\$ for \$$|paper", text[max(0, found.start() - 40) : found.start()]):
+                continue  # the paper's name, mapped to the book's
+            out.append(f"cell {k}: ${found.group(0)}$: the model dimension is $D$")
+        for found in re.finditer(r"R_\{m ?- ?n\}", text):
+            out.append(f"cell {k}: ${found.group(0)}$: the rotation is $R_{{n-m}}$")
+    return out
+
+
 def italic_imaginary_units(nb: dict) -> list[str]:
     """Complex exponentials whose exponent starts with an italic i: $e^{i m\\theta}$,
     $e^{-i r \\theta_l}$, $\\exp(i\\phi)$ (an index i further on, $e^{-m(i - j)}$,
@@ -267,6 +286,7 @@ def test_the_chapter_keeps_the_notation(entry, table, exceptions):
         redefinitions(nb, entry, table)
         + offsets_the_other_way(nb, entry, exceptions)
         + italic_imaginary_units(nb)
+        + other_names(nb, entry)
     )
     assert not found, f"{entry} departs from the notation appendix:\n" + "\n".join(found)
 
@@ -323,6 +343,12 @@ def test_the_checks_catch_a_planted_inconsistency(table, exceptions):
     assert not offsets_the_other_way(nb("the offset $n - m$ only"), rope, set())
     assert not offsets_the_other_way(nb("offset = query − key, $t - j$"), entry, set())
     assert not offsets_the_other_way(nb("offsets $i - j$"), "book/part3/alibi", exceptions)
+
+    assert other_names(nb("two layers, $d_{\\text{model}} = 64$"), entry)
+    assert other_names(nb("$R_m^\\top R_n = R_{m - n}$"), entry)
+    assert not other_names(nb("> $\\sin(pos/10000^{2i/d_{\\text{model}}})$"), entry)
+    assert not other_names(nb("The course writes $D$ for $d_{\\text{model}}$."), entry)
+    assert not other_names(nb("$D = 64$ and $R_m^\\top R_n = R_{n-m}$"), entry)
 
     assert italic_imaginary_units(nb("multiply by $e^{i m \\theta}$"))
     assert italic_imaginary_units(nb("$$\\sum_l h_l e^{i r \\theta_l}$$"))
