@@ -195,7 +195,7 @@ def offsets_the_other_way(nb: dict, entry: str, exceptions: set) -> list[str]:
         return out
     for k, text in markdown(nb):
         for q, key in QUERY_MINUS_KEY:
-            pattern = rf"\boffsets?(?: is| of| =)? \${q} ?[-−] ?{key}\$"
+            pattern = rf"\boffsets?(?: is| of| =)? \${q} ?[-−] ?{key}(?:\$| [^$\w][^$]*\$)"
             for found in re.finditer(pattern, text):
                 before = text[max(0, found.start() - 60) : found.end()]
                 if NAMED_OTHER_WAY.search(before):
@@ -340,6 +340,8 @@ def test_the_checks_catch_a_planted_inconsistency(table, exceptions):
 
     assert offsets_the_other_way(nb("depends on the offset $m - n$ only"), rope, set())
     assert offsets_the_other_way(nb("the offset $i - j$ of query i"), entry, set())
+    assert offsets_the_other_way(nb("offsets $t - s > L - 1$"), entry, set())
+    assert not offsets_the_other_way(nb("offsets $i - j_0$"), entry, set())
     assert not offsets_the_other_way(nb("the offset $n - m$ only"), rope, set())
     assert not offsets_the_other_way(nb("offset = query − key, $t - j$"), entry, set())
     assert not offsets_the_other_way(nb("offsets $i - j$"), "book/part3/alibi", exceptions)
