@@ -52,12 +52,18 @@ ALIASES = {
         "query and key",
         "queries and keys",
     ],
-    "model dimension": ["model width", "width of the model", "embedding", "encoding of"],
+    "model dimension": [
+        "model width",
+        "width of the model",
+        "embedding",
+        "encoding of",
+    ],
     "fox's cumulative log-decay": ["decay", "logits", "bias"],
     "sequence length": ["length", "tokens", "keys", "window", "sequence"],
     "query position and key position": ["query at", "key at", "queries at", "keys at"],
     "training length": ["length", "trained", "training"],
     "the length being read": ["length"],
+    "the strictly lower-triangular matrix of a chunk's compact form": ["triangular"],
     "evaluation length": ["length"],
 }
 CHECKED = ["b", "h", "H", "d", "D", "n", "m", "L", "N"]
@@ -123,7 +129,9 @@ def markdown(nb: dict) -> list[tuple[int, str]]:
     for k, c in enumerate(nb["cells"]):
         if c["cell_type"] == "markdown":
             text = re.sub(r"\{glue:text\}`[^`]*`", "X", "".join(c["source"]))
-            text = "\n".join(line for line in text.split("\n") if not line.startswith(">"))
+            text = "\n".join(
+                line for line in text.split("\n") if not line.startswith(">")
+            )
             out.append((k, text))
     return out
 
@@ -155,7 +163,8 @@ def definitions(text: str, symbol: str):
         rf"\bwhere {x},? (?:is|denotes|counts) {m}",
         rf"{x},? (?:is|denotes) the {m}",
         rf"\bwith {x},? the {m}",
-        rf"(?<!\bat )(?<!\bof )(?<!\bto )(?<!past )(?<!\bby ){x} \((?P<m>the [^)$]{{3,60}})\)",
+        rf"(?<!\bat )(?<!\bof )(?<!\bto )(?<!past )(?<!\bby )"
+        rf"{x} \((?P<m>the [^)$]{{3,60}})\)",
         rf"(?P<m>[^.;:\n$]{{0,30}}\b(?:of|at) (?:dimension|width|size|length)) {x}",
         rf"(?P<m>\b(?:number of \w+|(?!(?:of|at|a|the|and|with)\b)[\w-]+ "
         rf"(?:dimension|length|width|size))) {x}",
@@ -195,7 +204,9 @@ def offsets_the_other_way(nb: dict, entry: str, exceptions: set) -> list[str]:
         return out
     for k, text in markdown(nb):
         for q, key in QUERY_MINUS_KEY:
-            pattern = rf"\boffsets?(?: is| of| =)? \${q} ?[-−] ?{key}(?:\$| [^$\w][^$]*\$)"
+            pattern = (
+                rf"\boffsets?(?: is| of| =)? \${q} ?[-−] ?{key}(?:\$| [^$\w][^$]*\$)"
+            )
             for found in re.finditer(pattern, text):
                 before = text[max(0, found.start() - 60) : found.end()]
                 if NAMED_OTHER_WAY.search(before):
@@ -214,7 +225,9 @@ def other_names(nb: dict, entry: str) -> list[str]:
     out = []
     for k, text in markdown(nb):
         for found in re.finditer(r"d_\{?\\(?:text|mathrm)\{model\}\}?", text):
-            if re.search(r"\$D\$ for \$$|paper", text[max(0, found.start() - 40) : found.start()]):
+            if re.search(
+                r"\$D\$ for \$$|paper", text[max(0, found.start() - 40) : found.start()]
+            ):
                 continue  # the paper's name, mapped to the book's
             out.append(f"cell {k}: ${found.group(0)}$: the model dimension is $D$")
         for found in re.finditer(r"R_\{m ?- ?n\}", text):
@@ -244,7 +257,9 @@ def standalone_letters(text: str) -> set[str]:
     """Letters used as a whole formula: $d$, $q_i$, $\\theta_k$, $W^{(h)}$."""
     out = set()
     for math in re.findall(r"(?<![$\\])\$([^$\n]{1,40})\$", text):
-        m = re.match(r"^(\\[a-zA-Z]+|[A-Za-z])(?:_\{?[^}]*\}?)?(?:\^\{?[^}]*\}?)?$", math)
+        m = re.match(
+            r"^(\\[a-zA-Z]+|[A-Za-z])(?:_\{?[^}]*\}?)?(?:\^\{?[^}]*\}?)?$", math
+        )
         if m and m.group(1) not in {r"\mathcal", r"\mathrm", r"\text", r"\tilde"}:
             out.add(m.group(1))
     return out
@@ -259,7 +274,9 @@ def table():
 def exceptions():
     """The chapters the appendix names as writing the offset i - j."""
     text = NOTATION.read_text()
-    m = re.search(r"key minus query \(the book's convention\); ([^|]*) write \$i - j\$", text)
+    m = re.search(
+        r"key minus query \(the book's convention\); ([^|]*) write \$i - j\$", text
+    )
     assert m, "the offset row of the notation appendix no longer names its exceptions"
     names = {"ALiBi": "book/part3/alibi", "Transformer-XL": "book/part2/transformer_xl"}
     return {entry for name, entry in names.items() if name in m.group(1)}
@@ -288,7 +305,9 @@ def test_the_chapter_keeps_the_notation(entry, table, exceptions):
         + italic_imaginary_units(nb)
         + other_names(nb, entry)
     )
-    assert not found, f"{entry} departs from the notation appendix:\n" + "\n".join(found)
+    assert not found, f"{entry} departs from the notation appendix:\n" + "\n".join(
+        found
+    )
 
 
 def test_every_symbol_of_the_table_is_used(table):
@@ -344,7 +363,9 @@ def test_the_checks_catch_a_planted_inconsistency(table, exceptions):
     assert not offsets_the_other_way(nb("offsets $i - j_0$"), entry, set())
     assert not offsets_the_other_way(nb("the offset $n - m$ only"), rope, set())
     assert not offsets_the_other_way(nb("offset = query − key, $t - j$"), entry, set())
-    assert not offsets_the_other_way(nb("offsets $i - j$"), "book/part3/alibi", exceptions)
+    assert not offsets_the_other_way(
+        nb("offsets $i - j$"), "book/part3/alibi", exceptions
+    )
 
     assert other_names(nb("two layers, $d_{\\text{model}} = 64$"), entry)
     assert other_names(nb("$R_m^\\top R_n = R_{m - n}$"), entry)
@@ -359,5 +380,7 @@ def test_the_checks_catch_a_planted_inconsistency(table, exceptions):
 
     assert used(r"\theta_i", ["pair $i$ turns at $\\theta_i$"])
     assert not used(r"\theta_i", ["pair $i$ turns at $\\theta_{i}$ or $\\theta$"])
-    fake = notation_table("| symbol | meaning | where |\n|---|---|---|\n| $d$ | x | y |")
+    fake = notation_table(
+        "| symbol | meaning | where |\n|---|---|---|\n| $d$ | x | y |"
+    )
     assert fake == {"d": [("x", set())]}
