@@ -220,8 +220,9 @@ def offsets_the_other_way(nb: dict, entry: str, exceptions: set) -> list[str]:
 
 def other_names(nb: dict, entry: str) -> list[str]:
     """Sizes the table names written another way: the model dimension as d_model
-    (Vaswani et al.'s letters; the book's is $D$), the relative rotation of RoFormer's
-    letters the wrong way round ($R_{m-n}$ for $R_m^\\top R_n = R_{n-m}$)."""
+    (Vaswani et al.'s letters; the book's is $D$), a loss as $L$ (a length), the
+    relative rotation of RoFormer's letters the wrong way round ($R_{m-n}$ for
+    $R_m^\\top R_n = R_{n-m}$)."""
     out = []
     for k, text in markdown(nb):
         for found in re.finditer(r"d_\{?\\(?:text|mathrm)\{model\}\}?", text):
@@ -230,6 +231,8 @@ def other_names(nb: dict, entry: str) -> list[str]:
             ):
                 continue  # the paper's name, mapped to the book's
             out.append(f"cell {k}: ${found.group(0)}$: the model dimension is $D$")
+        for found in re.finditer(r"\\partial L\b(?!_)", text):
+            out.append(f"cell {k}: ${found.group(0)}$: a loss is $\\mathcal{{L}}$")
         for found in re.finditer(r"R_\{m ?- ?n\}", text):
             out.append(f"cell {k}: ${found.group(0)}$: the rotation is $R_{{n-m}}$")
     return out
@@ -369,6 +372,8 @@ def test_the_checks_catch_a_planted_inconsistency(table, exceptions):
 
     assert other_names(nb("two layers, $d_{\\text{model}} = 64$"), entry)
     assert other_names(nb("$R_m^\\top R_n = R_{m - n}$"), entry)
+    assert other_names(nb("$\\partial L / \\partial A_{ij}$"), entry)
+    assert not other_names(nb("$\\partial \\mathcal{L} / \\partial A_{ij}$"), entry)
     assert not other_names(nb("> $\\sin(pos/10000^{2i/d_{\\text{model}}})$"), entry)
     assert not other_names(nb("The course writes $D$ for $d_{\\text{model}}$."), entry)
     assert not other_names(nb("$D = 64$ and $R_m^\\top R_n = R_{n-m}$"), entry)
