@@ -238,6 +238,30 @@ def other_names(nb: dict, entry: str) -> list[str]:
     return out
 
 
+HIDDEN = {"remove-cell", "remove-input", "hide-input"}
+
+
+def comment_offsets(nb: dict, entry: str, exceptions: set) -> list[str]:
+    """Code comments the reader sees that restate an offset query minus key."""
+    out = []
+    if entry in exceptions:
+        return out
+    for k, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code" or HIDDEN & set(
+            cell["metadata"].get("tags", [])
+        ):
+            continue
+        for line in "".join(cell["source"]).splitlines():
+            comment = line.partition("#")[2]
+            for q, key in QUERY_MINUS_KEY:
+                if re.search(rf"\boffsets? (?:= )?{q} ?- ?{key}\b", comment):
+                    out.append(
+                        f"cell {k}: the comment '#{comment}' is query minus key; the "
+                        f"book's offset is key minus query ({key} - {q})"
+                    )
+    return out
+
+
 def italic_imaginary_units(nb: dict) -> list[str]:
     """Complex exponentials whose exponent starts with an italic i: $e^{i m\\theta}$,
     $e^{-i r \\theta_l}$, $\\exp(i\\phi)$ (an index i further on, $e^{-m(i - j)}$,
@@ -307,6 +331,7 @@ def test_the_chapter_keeps_the_notation(entry, table, exceptions):
         + offsets_the_other_way(nb, entry, exceptions)
         + italic_imaginary_units(nb)
         + other_names(nb, entry)
+        + comment_offsets(nb, entry, exceptions)
     )
     assert not found, f"{entry} departs from the notation appendix:\n" + "\n".join(
         found
@@ -377,6 +402,11 @@ def test_the_checks_catch_a_planted_inconsistency(table, exceptions):
     assert not other_names(nb("> $\\sin(pos/10000^{2i/d_{\\text{model}}})$"), entry)
     assert not other_names(nb("The course writes $D$ for $d_{\\text{model}}$."), entry)
     assert not other_names(nb("$D = 64$ and $R_m^\\top R_n = R_{n-m}$"), entry)
+
+    code = {"cell_type": "code", "metadata": {}, "source": ["x = 1  # offsets m - n"]}
+    assert comment_offsets({"cells": [code]}, rope, set())
+    code["source"] = ["x = 1  # distances m - n, offsets n - m"]
+    assert not comment_offsets({"cells": [code]}, rope, set())
 
     assert italic_imaginary_units(nb("multiply by $e^{i m \\theta}$"))
     assert italic_imaginary_units(nb("$$\\sum_l h_l e^{i r \\theta_l}$$"))
