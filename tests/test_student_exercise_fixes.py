@@ -49,6 +49,50 @@ def test_fox_half_window_rounded_down_is_named():
     assert verify("ex-fox-window", K).passed
 
 
+def test_fox_half_window_is_rounded_up_and_the_solution_says_why():
+    """20.1 ("the check accepts ceil where floor is right"): re-derived. Over very
+    many keys the key k tokens back (the query's own key is k = 0) has weight
+    (1 - f) f^k, so the K nearest hold 1 - f^K: half at K = ln 2 / (-ln f), and the
+    whole number of keys that reach half is ceil(K), counted here on the library's
+    own weights. floor(K) is the distance back of the farthest key needed. The check
+    accepts the real K and ceil(K), nothing else near them; the chapter's solution
+    says so."""
+    import json
+    import pathlib
+
+    for f in (0.9, 0.99, 0.8, 0.95):
+        K = math.log(2) / -math.log(f)
+        log_f = torch.full((1, 1, 3000), math.log(f), dtype=torch.float64)
+        share = pl.forgetting_bias(log_f)[0, 0, -1].softmax(-1).flip(0).cumsum(0)
+        keys = int((share < 0.5).sum()) + 1  # the first count of keys reaching half
+        assert keys == math.ceil(K) and share[math.floor(K) - 1] < 0.5
+    assert math.isclose(1 - 0.9**6, 0.469, abs_tol=5e-4)  # the solution's number
+
+    real = lambda f: math.log(2) / -math.log(f)  # noqa: E731
+    assert verify("ex-fox-window", real).passed
+    assert verify("ex-fox-window", lambda f: float(math.ceil(real(f)))).passed
+    for wrong in (
+        lambda f: float(math.floor(real(f))),
+        lambda f: float(math.ceil(real(f)) + 1),
+        lambda f: real(f) * 1.01,
+    ):
+        assert not verify("ex-fox-window", wrong).passed
+
+    nb = json.loads(
+        (
+            pathlib.Path(__file__).resolve().parents[1]
+            / "book/part4/forgetting_transformer.ipynb"
+        ).read_text()
+    )
+    solution = next(
+        "".join(c["source"])
+        for c in nb["cells"]
+        if "solution-start} ex-fox-window" in "".join(c["source"])
+    )
+    for words in ("round **up**", "0.469", "the query's own key", "\\lceil K \\rceil"):
+        assert words in solution, words
+
+
 def test_stubs_do_not_give_the_formula_away():
     """15.3 and 21.2: the stub's docstring stated the formula to implement."""
     from posenc_lib.course.exercises import all_checks
