@@ -23,6 +23,7 @@ TINY = [
     "--d-model", "16",
     "--n-heads", "2",
     "--eval-sequences", "2",
+    "--device", "cpu",
     "--no-progress",
 ]  # fmt: skip
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "POSENC_DEVICE": "cpu"}
@@ -56,6 +57,8 @@ def _losses(out, name="alibi", seed=0):
 
 
 def test_cli_runs_and_writes_results_table_and_log(tmp_path):
+    """The command itself, in a process of its own (the other tests call
+    ``cli.main`` in this one: each process costs seconds of imports)."""
     out = tmp_path / "run"
     _cli(*TINY, "--out", str(out))
     results, record = load_results(out / "results.json")
@@ -114,16 +117,16 @@ def test_bad_config_file_key_is_named(tmp_path, capsys):
     assert "unknown field 'd_modle'" in err and "d_model" in err
 
 
-def test_resume_is_bit_for_bit(tmp_path):
+def test_resume_is_bit_for_bit(tmp_path, capsys):
     whole, parts = tmp_path / "whole", tmp_path / "parts"
-    _cli(*TINY, "--out", str(whole))
-    stopped = _cli(*TINY, "--out", str(parts), "--stop-at", "3", check_rc=75)
-    assert "resume with --resume" in stopped.stderr
+    assert cli.main([*TINY, "--out", str(whole)]) == 0
+    assert cli.main([*TINY, "--out", str(parts), "--stop-at", "3"]) == 75
+    assert "resume with --resume" in capsys.readouterr().err
     assert (parts / "checkpoints" / "alibi-seed0.pt").exists()
     # flags that would change the results are refused on resume, by name
-    bad = _cli("--out", str(parts), "--resume", "--steps", "9", check_rc=2)
-    assert "steps" in bad.stderr
-    _cli("--out", str(parts), "--resume", "--no-progress")
+    assert cli.main(["--out", str(parts), "--resume", "--steps", "9"]) == 2
+    assert "steps" in capsys.readouterr().err
+    assert cli.main(["--out", str(parts), "--resume", "--no-progress"]) == 0
     for name in ("alibi", "rope"):
         assert _losses(whole, name) == _losses(parts, name)  # every step, exactly
     a, _ = load_results(whole / "results.json")
@@ -191,33 +194,47 @@ needs_gloo = pytest.mark.skipif(
 )
 
 
+ONE_ENCODING = [*TINY, "--encodings", "alibi"]
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory):
+    """A run under ``torchrun --nproc_per_node=2`` (gloo), shared by the tests."""
+    if not _gloo():
+        pytest.skip("torch.distributed with gloo is not available")
+    out = tmp_path_factory.mktemp("torchrun") / "two"
+    _cli(*ONE_ENCODING, "--out", str(out), torchrun=2)
+    return out
+
+
 @needs_gloo
-def test_torchrun_two_processes_train_as_one(tmp_path):
-    one, two = tmp_path / "one", tmp_path / "two"
-    _cli(*TINY, "--encodings", "rope", "--out", str(one))
-    _cli(*TINY, "--encodings", "rope", "--out", str(two), torchrun=2)
-    _, record = load_results(two / "results.json")
+def test_torchrun_two_processes_train_as_one(tmp_path, two_processes):
+    one = tmp_path / "one"
+    assert cli.main([*ONE_ENCODING, "--out", str(one)]) == 0
+    _, record = load_results(two_processes / "results.json")
     assert record["run"]["world_size"] == 2 and record["run"]["backend"] == "gloo"
     torch.testing.assert_close(
-        torch.tensor(_losses(two, "rope")),
-        torch.tensor(_losses(one, "rope")),
+        torch.tensor(_losses(two_processes)),
+        torch.tensor(_losses(one)),
         rtol=1e-5,
         atol=1e-5,
     )  # the same global batch: equal up to the order of float32 sums
     a, _ = load_results(one / "results.json")
-    b, _ = load_results(two / "results.json")
+    b, _ = load_results(two_processes / "results.json")
     assert a[0].loss_past[16] == pytest.approx(b[0].loss_past[16], rel=1e-4)
 
 
 @needs_gloo
-def test_torchrun_stopped_and_resumed_gives_the_same_result(tmp_path):
-    whole, parts = tmp_path / "whole", tmp_path / "parts"
-    args = [*TINY, "--encodings", "alibi"]
-    _cli(*args, "--out", str(whole), torchrun=2)
-    _cli(*args, "--out", str(parts), "--stop-at", "4", torchrun=2, check_rc=None)
+def test_torchrun_stopped_and_resumed_gives_the_same_result(tmp_path, two_processes):
+    whole, parts = two_processes, tmp_path / "parts"
+    stopped = _cli(
+        *ONE_ENCODING, "--out", str(parts), "--stop-at", "4", torchrun=2, check_rc=None
+    )
+    assert stopped.returncode != 0  # torchrun reports the workers' status 75
     assert (parts / "checkpoints" / "alibi-seed0.pt").exists()
+    assert not (parts / "results.json").exists()
     _cli("--out", str(parts), "--resume", "--no-progress", torchrun=2)
-    assert _losses(whole) == _losses(parts)
+    assert _losses(whole) == _losses(parts)  # every step, exactly
     a, _ = load_results(whole / "results.json")
     b, _ = load_results(parts / "results.json")
     assert (a[0].loss_in, a[0].loss_past) == (b[0].loss_in, b[0].loss_past)

@@ -81,6 +81,7 @@ from tqdm.auto import tqdm
 
 from ...registry import REGISTRY
 from ...train import make_optimizer, train_step
+from ...utils import get_device
 from . import (
     LabConfig,
     LabResult,
@@ -397,15 +398,11 @@ class _Dist:
 def _init_distributed(device_choice: str) -> tuple[_Dist, torch.device]:
     """The process group when launched by torchrun (WORLD_SIZE > 1), and the device."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    cuda = (
-        torch.cuda.is_available()
-        if device_choice == "auto"
-        else (torch.device(device_choice).type == "cuda")
-    )
+    # auto: CUDA when present, unless POSENC_DEVICE says otherwise (pl.get_device)
+    choice = get_device() if device_choice == "auto" else torch.device(device_choice)
+    cuda = choice.type == "cuda"
     if world <= 1:
-        if device_choice == "auto":
-            return _Dist(), torch.device("cuda" if cuda else "cpu")
-        return _Dist(), torch.device(device_choice)
+        return _Dist(), choice
     import torch.distributed as dist
 
     if not dist.is_available():
