@@ -238,3 +238,29 @@ def test_torchrun_stopped_and_resumed_gives_the_same_result(tmp_path, two_proces
     a, _ = load_results(whole / "results.json")
     b, _ = load_results(parts / "results.json")
     assert (a[0].loss_in, a[0].loss_past) == (b[0].loss_in, b[0].loss_past)
+
+
+def test_sigterm_checkpoints_and_resume_continues(tmp_path, monkeypatch):
+    """SIGTERM (a scheduler's notice) ends the step in progress, writes the
+    checkpoint and exits with 75; --resume then ends where an unstopped run ends."""
+    import signal
+
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    args = [*TINY, "--encodings", "rope"]
+    assert cli.main([*args, "--out", str(whole)]) == 0
+    real, calls = cli.train_step, []
+
+    def step_then_term(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*a, **k)
+
+    monkeypatch.setattr(cli, "train_step", step_then_term)
+    assert cli.main([*args, "--out", str(parts)]) == 75
+    state = torch.load(parts / "checkpoints" / "rope-seed0.pt", weights_only=False)
+    assert state["step"] == 3
+    monkeypatch.setattr(cli, "train_step", real)
+    assert cli.main(["--out", str(parts), "--resume", "--no-progress"]) == 0
+    assert _losses(whole, "rope") == _losses(parts, "rope")
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored

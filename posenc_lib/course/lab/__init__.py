@@ -78,6 +78,7 @@ __all__ = [
     "result_to_dict",
     "result_from_dict",
     "load_results",
+    "committed_run",
     "run_encoding",
     "train_at_length",
     "evaluate",
@@ -769,6 +770,17 @@ def load_results(path) -> tuple[list[LabResult], dict]:
 
     record = json.loads(pathlib.Path(path).read_text())
     return [result_from_dict(r) for r in record["results"]], record
+
+
+def committed_run(name: str = "cpu_small") -> tuple[list[LabResult], dict]:
+    """A run of ``python -m posenc_lib.lab`` shipped with the library
+    (``posenc_lib/data/lab_<name>.json``, its ``results.json`` as written): the
+    results and the record (``config``; ``run``: machine, device, versions, time)."""
+    path = pathlib.Path(__file__).parents[2] / "data" / f"lab_{name}.json"
+    if not path.exists():
+        shipped = sorted(p.stem[4:] for p in path.parent.glob("lab_*.json"))
+        raise ValueError(f"name must be one of {shipped}, got {name!r}")
+    return load_results(path)
 
 
 def _line(res: LabResult) -> str:

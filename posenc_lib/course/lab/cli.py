@@ -818,9 +818,16 @@ def _resumed_config(args, flags: dict) -> RunConfig:
     if not saved.exists():
         raise ValueError(f"out: --resume needs a run in {str(out)!r}, found none")
     fields = json.loads(saved.read_text())
-    if args.config or args.preset:
-        raise ValueError("resume: --config and --preset are those the run started with")
     base = RunConfig(**{k: _coerce(k, v) for k, v in fields.items()})
+    if args.config:
+        raise ValueError(
+            "config: --resume reads the configuration the run started with"
+        )
+    if args.preset and args.preset != base.preset:
+        raise ValueError(
+            f"preset: --resume continues the run with its preset ({base.preset!r}), "
+            f"got {args.preset!r}"
+        )
     for name, value in flags.items():
         if name == "tokens" or _coerce(name, value) != getattr(base, name):
             if name not in _RESUMABLE:
