@@ -761,7 +761,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m posenc_lib.lab",
         description="The length-extrapolation lab: train each encoding at length L, "
-        "evaluate at f x L. See the module's docstring for everything.",
+        "evaluate at f x L.",
+        epilog=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--preset", default=None, help=f"one of {', '.join(PRESETS)}")
     p.add_argument("--config", default=None, help="a JSON or TOML file of fields")
