@@ -264,3 +264,33 @@ def test_sigterm_checkpoints_and_resume_continues(tmp_path, monkeypatch):
     assert cli.main(["--out", str(parts), "--resume", "--no-progress"]) == 0
     assert _losses(whole, "rope") == _losses(parts, "rope")
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+
+
+def test_hugging_face_dataset_through_a_stand_in(monkeypatch):
+    """--dataset hf reads the text column through `datasets` (a stand-in here: the
+    tests never go online), and says what to install when it is missing."""
+    import types
+
+    rows = [{"text": f"row {i} é\n"} for i in range(300)]
+    calls = []
+
+    def load_dataset(path, config, split, streaming):
+        calls.append((path, config, split, streaming))
+        return iter(rows)
+
+    fake = types.ModuleType("datasets")
+    fake.load_dataset = load_dataset
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    cfg = cli.resolve_config(
+        "toy", {}, {"dataset": "hf", "hf_dataset": "someone/corpus:en"}
+    )
+    cfg = LabConfig(**{**cfg.lab().__dict__, "corpus_chars": 1000})
+    source = lab_source(cfg)
+    assert calls == [("someone/corpus", "en", "train", True)]
+    assert len(source.stream) == 1000 and source.vocab_size == 256
+    assert bytes(source.stream[:12].tolist()).decode() == "row 0 é\n\nro"
+    monkeypatch.setitem(sys.modules, "datasets", None)  # not installed
+    with pytest.raises(ModuleNotFoundError, match=r"posenc_lib\[hf\]"):
+        lab_source(cfg)
+    with pytest.raises(ValueError, match="hf_dataset must name"):
+        cli.resolve_config("toy", {}, {"dataset": "hf"})

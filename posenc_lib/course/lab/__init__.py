@@ -36,7 +36,11 @@ recalibrated at L (``drop_rope``, ``recalibration_batches``: DroPE, Gelberg et a
 
 Data: ``"markov"`` is an order-k Markov chain (``MarkovSource``) whose entropy rate is a
 known loss floor; ``"stdlib"`` is characters of the Python standard library's own
-source, split into a training part (the first 90 %) and an evaluation part (the rest).
+source, split into a training part (the first 90 %) and an evaluation part (the rest);
+``"text"`` is every file of a folder read byte by byte (``read_text_folder``), and
+``"hf"`` a Hugging Face dataset's text (``read_hf_dataset``, online, with the optional
+``datasets``), split alike. The same lab at larger sizes, with checkpoints and many
+processes, is the command line ``python -m posenc_lib.lab`` (``posenc_lib.lab.cli``).
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ __all__ = [
     "LabSource",
     "lab_source",
     "read_text_folder",
+    "read_hf_dataset",
     "make_lab_data",
     "build_model",
     "result_to_dict",
@@ -92,7 +97,7 @@ __all__ = [
     "summarize",
 ]
 
-DATASETS = ("markov", "stdlib", "text")
+DATASETS = ("markov", "stdlib", "text", "hf")
 _EVAL_SEED = 10_000  # the evaluation set does not depend on the training seed
 _RECAL_SEED = 20_000  # recalibration windows: seed + this, apart from the training's
 
@@ -156,6 +161,7 @@ class LabConfig:
     corpus_chars: int = 200_000
     data_dir: str = ""  # "text": a folder of text files ("stdlib": Python's own)
     data_glob: str = "**/*"  # "text": which files of data_dir, sorted by path
+    hf_dataset: str = ""  # "hf": a Hugging Face dataset, "name" or "name:config"
 
     def __post_init__(self) -> None:
         if self.dataset not in DATASETS:
@@ -168,6 +174,12 @@ class LabConfig:
                 "data_dir must name a folder of text files when dataset is 'text' "
                 f"(and only then), got data_dir={self.data_dir!r} with "
                 f"dataset={self.dataset!r}"
+            )
+        if (self.dataset == "hf") != bool(self.hf_dataset):
+            raise ValueError(
+                "hf_dataset must name a Hugging Face dataset ('name' or "
+                "'name:config') when dataset is 'hf' (and only then), got "
+                f"hf_dataset={self.hf_dataset!r} with dataset={self.dataset!r}"
             )
         for name in (
             "train_len",
@@ -227,10 +239,15 @@ class LabConfig:
                 f"the first {self.corpus_chars:,} characters of the Python standard "
                 "library's own source"
             )
-        else:
+        elif self.dataset == "text":
             data = (
                 f"the bytes of the files {self.data_glob!r} under {self.data_dir!r} "
                 "(byte-level, 256 symbols)"
+            )
+        else:
+            data = (
+                f"the first {self.corpus_chars:,} bytes of the 'text' column of the "
+                f"Hugging Face dataset {self.hf_dataset!r} (byte-level, 256 symbols)"
             )
         lengths = ", ".join(f"{n}" for n in self.lengths)
         return "\n".join(
@@ -306,6 +323,38 @@ def read_text_folder(folder: str, pattern: str = "**/*") -> torch.Tensor:
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()
 
 
+def read_hf_dataset(name: str, n_bytes: int, split: str = "train") -> torch.Tensor:
+    """The first ``n_bytes`` bytes (UTF-8) of the ``text`` column of the Hugging Face
+    dataset ``name`` (``"name"`` or ``"name:config"``), rows joined by newlines, as
+    token ids 0 .. 255. Streams from the Hub (online) through the optional
+    ``datasets`` package (``pip install "posenc_lib[hf]"``); nothing in the book or
+    its tests calls it."""
+    check_positive_int(n_bytes, "n_bytes")
+    try:
+        import datasets
+    except ModuleNotFoundError as err:
+        raise ModuleNotFoundError(
+            "dataset 'hf' needs the datasets package, which the library does not "
+            'install: pip install "posenc_lib[hf]" (or pip install datasets)'
+        ) from err
+    path, _, config = name.partition(":")
+    rows = datasets.load_dataset(path, config or None, split=split, streaming=True)
+    parts, total = [], 0
+    for row in rows:
+        if "text" not in row:
+            raise ValueError(
+                f"hf_dataset {name!r} has no 'text' column (columns: {sorted(row)})"
+            )
+        parts.append(row["text"].encode("utf-8"))
+        total += len(parts[-1]) + 1
+        if total >= n_bytes:
+            break
+    raw = b"\n".join(parts)[:n_bytes]
+    if len(raw) < 2:
+        raise ValueError(f"hf_dataset {name!r} split {split!r} holds no text")
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()
+
+
 @dataclass
 class LabSource:
     """Where ``cfg``'s tokens come from: a Markov chain, or a stream of text split
@@ -353,8 +402,10 @@ def lab_source(cfg: LabConfig) -> LabSource:
     if cfg.dataset == "stdlib":
         corpus = stdlib_corpus(cfg.corpus_chars)
         vocab, stream = corpus.vocab_size, corpus.data
-    else:
+    elif cfg.dataset == "text":
         vocab, stream = 256, read_text_folder(cfg.data_dir, cfg.data_glob)
+    else:
+        vocab, stream = 256, read_hf_dataset(cfg.hf_dataset, cfg.corpus_chars)
     return LabSource(vocab, None, stream=stream, split=int(0.9 * len(stream)))
 
 

@@ -31,10 +31,12 @@ names the field and what it allows.
 Data: ``markov`` (the book's chain), ``stdlib`` (the book's characters of the
 standard library), ``text`` (``--data-dir``: every file of a folder, matched by
 ``--data-glob``, read as bytes, a vocabulary of 256; ``--data-dir stdlib`` reads the
-running Python's standard library). Text is split by position: the first 90 % trains,
-the rest evaluates, and no window crosses the split. A batch is a function of the seed
-and the step only, so a resumed run reads the same batches and N processes read the
-same global batch as one.
+running Python's standard library), ``hf`` (``--hf-dataset name[:config]``: the
+``text`` column of a Hugging Face dataset, its first ``--corpus-chars`` bytes, streamed
+online through the optional ``datasets``, ``pip install "posenc_lib[hf]"``). Text is
+split by position: the first 90 % trains, the rest evaluates, and no window crosses
+the split. A batch is a function of the seed and the step only, so a resumed run reads
+the same batches and N processes read the same global batch as one.
 
 Output (``--out``): ``results.json`` (every result, the summary, the configuration and
 the run's record), ``table.txt`` (the book's table), ``plot.png`` (if matplotlib is
