@@ -543,7 +543,9 @@ def _train_job(
         from torch.nn.parallel import DistributedDataParallel
 
         wrapped = DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
+            model,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            find_unused_parameters=True,  # dsa's indexer trains apart from the loss
         )
     autocast = (
         torch.autocast(device.type, dtype=torch.bfloat16)
