@@ -539,6 +539,13 @@ def _train_job(
         sched.load_state_dict(state["schedule"])
         start, losses, seconds = state["step"], state["losses"], state["seconds"]
         _set_rng_state(state["rng"])
+        if state["world_size"] != dist_info.world and dist_info.main:
+            print(
+                f"lab: {name} seed {seed} resumes with {dist_info.world} process(es) "
+                f"after {state['world_size']}: the same batches, float sums in "
+                "another order (equal up to rounding, not bit for bit)",
+                file=sys.stderr,
+            )
     if dist_info.world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
