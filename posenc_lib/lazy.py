@@ -61,8 +61,14 @@ class _Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def find_spec(self, fullname, path=None, target=None):
         rest = fullname[len(self.prefix) :] if fullname.startswith(self.prefix) else ""
+        if rest.endswith(".__main__"):
+            # `python -m posenc_lib.lab`: runpy reads the code of the package's
+            # __main__, which the path finder finds in the course package's folder
+            return None
         if rest.split(".")[0] in COURSE_MODULES:
-            return importlib.util.spec_from_loader(fullname, self)
+            real = importlib.util.find_spec(f"{PACKAGE}.course.{rest}")
+            package = real is not None and real.submodule_search_locations is not None
+            return importlib.util.spec_from_loader(fullname, self, is_package=package)
         return None
 
     def create_module(self, spec):

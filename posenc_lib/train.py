@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from .utils import as_device, check_positive_int, module_device
 
-__all__ = ["train", "evaluate", "accuracy", "Batch"]
+__all__ = ["train", "make_optimizer", "train_step", "evaluate", "accuracy", "Batch"]
 
 # A batch: tokens (b, n), targets (b, n) with -100 where ignored, positions (n,) or
 # (b, n) or None.
@@ -94,6 +94,60 @@ def _loss(
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
 
 
+def make_optimizer(
+    model: torch.nn.Module, steps: int, lr: float = 3e-3, weight_decay: float = 0.01
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """``train``'s optimizer and schedule for ``steps`` steps: AdamW, a linear warmup
+    over 5 % of the steps, then a cosine decay. For a loop of one's own that must
+    train exactly as ``train`` does (the lab's command line, which checkpoints between
+    steps): ``opt, sched = make_optimizer(...)``, then ``train_step`` per step."""
+    check_positive_int(steps, "steps")
+    if not 0 < lr < math.inf:  # inf turns every parameter into -inf or NaN
+        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+    if not 0 <= weight_decay < math.inf:
+        raise ValueError(
+            f"weight_decay must be a finite number >= 0, got {weight_decay!r}"
+        )
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    warmup = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        lambda s: (
+            min(1.0, (s + 1) / warmup)
+            * 0.5
+            * (1 + torch.cos(torch.tensor(torch.pi * s / steps)).item())
+        ),
+    )
+    return opt, sched
+
+
+def train_step(
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LRScheduler,
+    batch: Batch,
+    device: torch.device,
+    causal: bool = True,
+    autocast=None,
+) -> torch.Tensor:
+    """One step of ``train``: the loss of ``batch``, its gradient clipped to norm 1,
+    one step of ``opt`` and ``sched``; returns the loss (a 0-d tensor, not synced).
+    ``autocast``: a context for the forward pass (``torch.autocast(...)``), or None.
+    ``model`` may be wrapped (``DistributedDataParallel``: gradients averaged over the
+    processes before the clipping)."""
+    if autocast is None:
+        loss = _loss(model, batch, device, causal)
+    else:
+        with autocast:
+            loss = _loss(model, batch, device, causal)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    return loss.detach()
+
+
 def train(
     model: torch.nn.Module,
     batches: Callable[[int], Batch],
@@ -110,38 +164,18 @@ def train(
 
     The learning rate warms up linearly for 5 % of the steps, then decays with a cosine.
     Each batch is moved to the model's device; ``device``, if given, must be that
-    device (the model is never moved).
+    device (the model is never moved). One step is ``train_step``, the optimizer
+    ``make_optimizer``.
     """
-    check_positive_int(steps, "steps")
-    if not 0 < lr < math.inf:  # inf turns every parameter into -inf or NaN
-        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
-    if not 0 <= weight_decay < math.inf:
-        raise ValueError(
-            f"weight_decay must be a finite number >= 0, got {weight_decay!r}"
-        )
+    opt, sched = make_optimizer(model, steps, lr, weight_decay)
     device = _model_device(model, device)
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    warmup = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt,
-        lambda s: (
-            min(1.0, (s + 1) / warmup)
-            * 0.5
-            * (1 + torch.cos(torch.tensor(torch.pi * s / steps)).item())
-        ),
-    )
     losses = []
     bar = tqdm(
         range(steps), desc=desc, disable=not progress, mininterval=1.0, leave=False
     )
     for step in bar:
-        loss = _loss(model, batches(step), device, causal)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        loss = train_step(model, opt, sched, batches(step), device, causal)
         losses.append(loss.item())
         if step % 25 == 0:
             bar.set_postfix(loss=f"{losses[-1]:.3f}")

@@ -33,7 +33,7 @@ def test_config_defaults_and_lengths():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(dataset="wiki"), "dataset must be 'markov' or 'stdlib'"),
+        (dict(dataset="wiki"), "dataset must be one of 'markov', 'stdlib', 'text'"),
         (dict(steps=0), "steps must be > 0"),
         (dict(train_len=1), "train_len must be >= 2"),
         (dict(factors=(2, 4)), "include 1"),

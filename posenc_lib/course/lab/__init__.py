@@ -36,13 +36,19 @@ recalibrated at L (``drop_rope``, ``recalibration_batches``: DroPE, Gelberg et a
 
 Data: ``"markov"`` is an order-k Markov chain (``MarkovSource``) whose entropy rate is a
 known loss floor; ``"stdlib"`` is characters of the Python standard library's own
-source, split into a training part (the first 90 %) and an evaluation part (the rest).
+source, split into a training part (the first 90 %) and an evaluation part (the rest);
+``"text"`` is every file of a folder read byte by byte (``read_text_folder``), and
+``"hf"`` a Hugging Face dataset's text (``read_hf_dataset``, online, with the optional
+``datasets``), split alike. The same lab at larger sizes, with checkpoints and many
+processes, is the command line ``python -m posenc_lib.lab`` (``posenc_lib.lab.cli``).
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import pathlib
+import sysconfig
 import time
 from dataclasses import dataclass, field
 
@@ -51,15 +57,15 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..base import HOOKS, overrides
-from ..data import MarkovSource, stdlib_corpus
-from ..encodings.rope import Rotary
-from ..encodings.rope_scaling import rope_inv_freq
-from ..model import TinyTransformer
-from .plotting import color_for
-from ..registry import REGISTRY, make_encoding
-from ..train import train
-from ..utils import check_head_split, check_positive_int, get_device, seed_everything
+from ...base import HOOKS, overrides
+from ...data import MarkovSource, stdlib_corpus
+from ...encodings.rope import Rotary
+from ...encodings.rope_scaling import rope_inv_freq
+from ...model import TinyTransformer
+from ..plotting import color_for
+from ...registry import REGISTRY, make_encoding
+from ...train import train
+from ...utils import check_head_split, check_positive_int, get_device, seed_everything
 
 __all__ = [
     "LAB_ENCODINGS",
@@ -67,7 +73,17 @@ __all__ = [
     "LabConfig",
     "LabData",
     "LabResult",
+    "DATASETS",
+    "LabSource",
+    "lab_source",
+    "read_text_folder",
+    "read_hf_dataset",
     "make_lab_data",
+    "build_model",
+    "result_to_dict",
+    "result_from_dict",
+    "load_results",
+    "committed_run",
     "run_encoding",
     "train_at_length",
     "evaluate",
@@ -81,6 +97,7 @@ __all__ = [
     "summarize",
 ]
 
+DATASETS = ("markov", "stdlib", "text", "hf")
 _EVAL_SEED = 10_000  # the evaluation set does not depend on the training seed
 _RECAL_SEED = 20_000  # recalibration windows: seed + this, apart from the training's
 
@@ -125,7 +142,7 @@ class LabConfig:
     """Everything that defines one lab run (sizes, data and training); seeds are passed
     separately."""
 
-    dataset: str = "markov"  # "markov" or "stdlib"
+    dataset: str = "markov"  # "markov", "stdlib" or "text" (a folder, byte-level)
     train_len: int = 16  # L, the training length
     factors: tuple[int, ...] = (1, 2, 4, 8)  # evaluate at f * L
     steps: int = 150
@@ -142,11 +159,27 @@ class LabConfig:
     )
     markov_seed: int = 0  # the chain itself (its transition table)
     corpus_chars: int = 200_000
+    data_dir: str = ""  # "text": a folder of text files ("stdlib": Python's own)
+    data_glob: str = "**/*"  # "text": which files of data_dir, sorted by path
+    hf_dataset: str = ""  # "hf": a Hugging Face dataset, "name" or "name:config"
 
     def __post_init__(self) -> None:
-        if self.dataset not in ("markov", "stdlib"):
+        if self.dataset not in DATASETS:
             raise ValueError(
-                f"dataset must be 'markov' or 'stdlib', got {self.dataset!r}"
+                f"dataset must be one of {', '.join(map(repr, DATASETS))}, got "
+                f"{self.dataset!r}"
+            )
+        if (self.dataset == "text") != bool(self.data_dir):
+            raise ValueError(
+                "data_dir must name a folder of text files when dataset is 'text' "
+                f"(and only then), got data_dir={self.data_dir!r} with "
+                f"dataset={self.dataset!r}"
+            )
+        if (self.dataset == "hf") != bool(self.hf_dataset):
+            raise ValueError(
+                "hf_dataset must name a Hugging Face dataset ('name' or "
+                "'name:config') when dataset is 'hf' (and only then), got "
+                f"hf_dataset={self.hf_dataset!r} with dataset={self.dataset!r}"
             )
         for name in (
             "train_len",
@@ -201,10 +234,20 @@ class LabConfig:
                 f"{self.markov_temperature:g}, chain seed {self.markov_seed}); its "
                 f"entropy rate, the loss floor, is {floor:.3f} nats/token"
             )
-        else:
+        elif self.dataset == "stdlib":
             data = (
                 f"the first {self.corpus_chars:,} characters of the Python standard "
                 "library's own source"
+            )
+        elif self.dataset == "text":
+            data = (
+                f"the bytes of the files {self.data_glob!r} under {self.data_dir!r} "
+                "(byte-level, 256 symbols)"
+            )
+        else:
+            data = (
+                f"the first {self.corpus_chars:,} bytes of the 'text' column of the "
+                f"Hugging Face dataset {self.hf_dataset!r} (byte-level, 256 symbols)"
             )
         lengths = ", ".join(f"{n}" for n in self.lengths)
         return "\n".join(
@@ -256,32 +299,128 @@ def _windows(
     return stream[starts[:, None] + torch.arange(length)]
 
 
+def read_text_folder(folder: str, pattern: str = "**/*") -> torch.Tensor:
+    """The bytes of the files ``pattern`` under ``folder`` (sorted by path, hidden
+    files and folders skipped), one after the other with a newline between files, as
+    a 1-D stream of token ids 0 .. 255 (a byte-level tokenizer: nothing to fit, every
+    file readable). ``folder = "stdlib"`` reads the running Python's standard
+    library."""
+    root = pathlib.Path(
+        sysconfig.get_paths()["stdlib"] if folder == "stdlib" else folder
+    )
+    if not root.is_dir():
+        raise ValueError(f"data_dir must be a folder, got {folder!r} ({root})")
+    files = [
+        f
+        for f in sorted(root.glob(pattern))
+        if f.is_file() and not any(p.startswith(".") for p in f.relative_to(root).parts)
+    ]
+    if not files:
+        raise ValueError(
+            f"data_dir {folder!r} holds no file matching data_glob {pattern!r}"
+        )
+    raw = b"\n".join(f.read_bytes() for f in files)
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()
+
+
+def read_hf_dataset(name: str, n_bytes: int, split: str = "train") -> torch.Tensor:
+    """The first ``n_bytes`` bytes (UTF-8) of the ``text`` column of the Hugging Face
+    dataset ``name`` (``"name"`` or ``"name:config"``), rows joined by newlines, as
+    token ids 0 .. 255. Streams from the Hub (online) through the optional
+    ``datasets`` package (``pip install "posenc_lib[datasets]"``); nothing in the
+    book or its tests calls it."""
+    check_positive_int(n_bytes, "n_bytes")
+    try:
+        import datasets
+    except ModuleNotFoundError as err:
+        raise ModuleNotFoundError(
+            "dataset 'hf' needs the datasets package, which the library does not "
+            'install: pip install "posenc_lib[datasets]" (or pip install datasets)'
+        ) from err
+    path, _, config = name.partition(":")
+    rows = datasets.load_dataset(path, config or None, split=split, streaming=True)
+    parts, total = [], 0
+    for row in rows:
+        if "text" not in row:
+            raise ValueError(
+                f"hf_dataset {name!r} has no 'text' column (columns: {sorted(row)})"
+            )
+        parts.append(row["text"].encode("utf-8"))
+        total += len(parts[-1]) + 1
+        if total >= n_bytes:
+            break
+    raw = b"\n".join(parts)[:n_bytes]
+    if len(raw) < 2:
+        raise ValueError(f"hf_dataset {name!r} split {split!r} holds no text")
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()
+
+
+@dataclass
+class LabSource:
+    """Where ``cfg``'s tokens come from: a Markov chain, or a stream of text split
+    into a training part and an evaluation part that do not overlap (the first 90 %
+    and the rest, ``train_span`` and ``eval_span`` as offsets into the stream)."""
+
+    vocab_size: int
+    floor: float | None
+    chain: MarkovSource | None = None
+    stream: torch.Tensor | None = None  # (N,) token ids, text only
+    split: int = 0  # stream[:split] trains, stream[split:] evaluates
+
+    @property
+    def train_span(self) -> tuple[int, int]:
+        return (0, self.split)
+
+    @property
+    def eval_span(self) -> tuple[int, int]:
+        return (self.split, 0 if self.stream is None else len(self.stream))
+
+    def train_windows(self, count: int, length: int, gen: torch.Generator):
+        """``(count, length)`` training windows drawn with ``gen``."""
+        if self.chain is not None:
+            return self.chain.sample(count, length, gen)
+        return _windows(self.stream[: self.split], count, length, gen)
+
+    def eval_windows(self, count: int, length: int, gen: torch.Generator):
+        """``(count, length)`` evaluation windows drawn with ``gen``."""
+        if self.chain is not None:
+            return self.chain.sample(count, length, gen)
+        return _windows(self.stream[self.split :], count, length, gen)
+
+
+def lab_source(cfg: LabConfig) -> LabSource:
+    """``cfg``'s data source: the chain, the standard library's characters, or a
+    folder of text read byte by byte (``read_text_folder``)."""
+    if cfg.dataset == "markov":
+        chain = MarkovSource(
+            cfg.markov_states,
+            cfg.markov_order,
+            seed=cfg.markov_seed,
+            temperature=cfg.markov_temperature,
+        )
+        return LabSource(cfg.markov_states, chain.loss_floor, chain=chain)
+    if cfg.dataset == "stdlib":
+        corpus = stdlib_corpus(cfg.corpus_chars)
+        vocab, stream = corpus.vocab_size, corpus.data
+    elif cfg.dataset == "text":
+        vocab, stream = 256, read_text_folder(cfg.data_dir, cfg.data_glob)
+    else:
+        vocab, stream = 256, read_hf_dataset(cfg.hf_dataset, cfg.corpus_chars)
+    return LabSource(vocab, None, stream=stream, split=int(0.9 * len(stream)))
+
+
 def make_lab_data(cfg: LabConfig, seed: int) -> LabData:
     """The training batches for ``seed`` and the fixed evaluation set of
     ``cfg``'s dataset."""
     train_gen = seed_everything(seed)
     eval_gen = torch.Generator().manual_seed(_EVAL_SEED)
     n_train, n_eval = cfg.steps * cfg.batch_size, max(cfg.lengths) + 1
-    if cfg.dataset == "markov":
-        source = MarkovSource(
-            cfg.markov_states,
-            cfg.markov_order,
-            seed=cfg.markov_seed,
-            temperature=cfg.markov_temperature,
-        )
-        return LabData(
-            cfg.markov_states,
-            source.sample(n_train, cfg.train_len + 1, train_gen),
-            source.sample(cfg.eval_sequences, n_eval, eval_gen),
-            source.loss_floor,
-        )
-    corpus = stdlib_corpus(cfg.corpus_chars)
-    split = int(0.9 * len(corpus.data))
+    source = lab_source(cfg)
     return LabData(
-        corpus.vocab_size,
-        _windows(corpus.data[:split], n_train, cfg.train_len + 1, train_gen),
-        _windows(corpus.data[split:], cfg.eval_sequences, n_eval, eval_gen),
-        None,
+        source.vocab_size,
+        source.train_windows(n_train, cfg.train_len + 1, train_gen),
+        source.eval_windows(cfg.eval_sequences, n_eval, eval_gen),
+        source.floor,
     )
 
 
@@ -313,17 +452,23 @@ class LabResult:
 
 @torch.no_grad()
 def _token_losses(
-    model: torch.nn.Module, tokens: torch.Tensor, n: int, device: torch.device
+    model: torch.nn.Module,
+    tokens: torch.Tensor,
+    n: int,
+    device: torch.device,
+    chunk: int | None = None,
 ) -> torch.Tensor:
     """Cut ``(B, N + 1)`` sequences into windows of n tokens; ``(B * N / n, n)``
-    per-token losses."""
+    per-token losses (``chunk`` windows per forward pass, all at once if None)."""
     total = tokens.shape[1] - 1
-    x = tokens[:, :total].reshape(-1, n).to(device)  # (w, n)
-    y = tokens[:, 1:].reshape(-1, n).to(device)  # (w, n)
-    logits = model(x)  # (w, n, V)
-    return (
-        F.cross_entropy(logits.transpose(1, 2), y, reduction="none").float().cpu()
-    )  # (w, n)
+    x = tokens[:, :total].reshape(-1, n)  # (w, n)
+    y = tokens[:, 1:].reshape(-1, n)  # (w, n)
+    parts = []
+    for xs, ys in zip(x.split(chunk or len(x)), y.split(chunk or len(y))):
+        logits = model(xs.to(device))  # (c, n, V)
+        ce = F.cross_entropy(logits.transpose(1, 2), ys.to(device), reduction="none")
+        parts.append(ce.float().cpu())  # (c, n)
+    return torch.cat(parts)  # (w, n)
 
 
 def sequence_encodings() -> list[str]:
@@ -354,6 +499,23 @@ def run_encoding(
     return evaluate(name, model, cfg, data, seed, device, train_loss, start)
 
 
+def build_model(
+    name: str, cfg: LabConfig, vocab_size: int, seed: int = 0
+) -> TinyTransformer:
+    """``REGISTRY[name]`` built with ``max_len = L`` into a ``TinyTransformer`` of
+    ``cfg``'s size, from the initial seed ``seed`` (the same initial weights for every
+    encoding that adds no parameters), on the CPU."""
+    if name not in REGISTRY:
+        raise KeyError(
+            f"unknown encoding {name!r}; registered: {', '.join(sorted(REGISTRY))}"
+        )
+    seed_everything(seed)
+    pe = make_encoding(
+        name, d_model=cfg.d_model, n_heads=cfg.n_heads, max_len=cfg.train_len
+    )
+    return TinyTransformer(vocab_size, cfg.d_model, cfg.n_heads, cfg.n_layers, pe=pe)
+
+
 def train_at_length(
     name: str,
     cfg: LabConfig,
@@ -364,18 +526,8 @@ def train_at_length(
     """``REGISTRY[name]`` built with ``max_len = L`` into a ``TinyTransformer`` from the
     initial seed ``seed`` and trained on ``data``'s batches of L tokens; returns the
     model and its mean loss over the last 10 % of the steps."""
-    if name not in REGISTRY:
-        raise KeyError(
-            f"unknown encoding {name!r}; registered: {', '.join(sorted(REGISTRY))}"
-        )
     device = device or get_device()
-    seed_everything(seed)  # the same initial weights for every encoding
-    pe = make_encoding(
-        name, d_model=cfg.d_model, n_heads=cfg.n_heads, max_len=cfg.train_len
-    )
-    model = TinyTransformer(
-        data.vocab_size, cfg.d_model, cfg.n_heads, cfg.n_layers, pe=pe
-    ).to(device)
+    model = build_model(name, cfg, data.vocab_size, seed).to(device)
     losses = train(
         model,
         data.batches(cfg.batch_size),
@@ -398,11 +550,13 @@ def evaluate(
     train_loss: float = math.nan,
     start: float | None = None,
     budget: str = "",
+    chunk: int | None = None,
 ) -> LabResult:
     """Read a trained ``model`` at every length n of ``cfg`` on ``data``'s evaluation
     set (``model`` may be a function ``n -> model``, for a model changed per length):
     ``loss_in`` at L on positions L/2 .. L-1, ``loss_past[n]`` on positions L .. n-1; a
-    length the model cannot read is nan, with the reason in ``undefined``."""
+    length the model cannot read is nan, with the reason in ``undefined``. ``chunk``:
+    windows per forward pass (all at once if None), for long windows on a GPU."""
     device = device or get_device()
     start = time.perf_counter() if start is None else start
     model_at = model if callable(model) and not isinstance(model, nn.Module) else None
@@ -410,7 +564,9 @@ def evaluate(
     loss_past, loss_mean, per_position, undefined = {}, {}, [], ""
     for n in cfg.lengths:
         try:
-            ce = _token_losses(model_at(n) if model_at else model, data.eval, n, device)
+            ce = _token_losses(
+                model_at(n) if model_at else model, data.eval, n, device, chunk
+            )
         except Exception as err:  # noqa: BLE001  (only past L, re-raised below)
             if n <= L:
                 raise
@@ -524,18 +680,7 @@ def recalibration_batches(cfg: LabConfig, seed: int, steps: int):
     check_positive_int(steps, "steps")
     gen = torch.Generator().manual_seed(_RECAL_SEED + seed)
     count = steps * cfg.batch_size
-    if cfg.dataset == "markov":
-        source = MarkovSource(
-            cfg.markov_states,
-            cfg.markov_order,
-            seed=cfg.markov_seed,
-            temperature=cfg.markov_temperature,
-        )
-        windows = source.sample(count, cfg.train_len + 1, gen)
-    else:
-        corpus = stdlib_corpus(cfg.corpus_chars)
-        split = int(0.9 * len(corpus.data))
-        windows = _windows(corpus.data[:split], count, cfg.train_len + 1, gen)
+    windows = lab_source(cfg).train_windows(count, cfg.train_len + 1, gen)
     return LabData(0, windows, windows[:0], None).batches(cfg.batch_size)
 
 
@@ -647,6 +792,46 @@ def encoding_groups(names) -> dict[str, list[str]]:
         else:
             groups["biases and re-weighting of scores"].append(name)
     return {k: v for k, v in groups.items() if v}
+
+
+def result_to_dict(res: LabResult) -> dict:
+    """``res`` as JSON-ready data (lengths as string keys; nan stays nan, which
+    Python's json writes as NaN)."""
+    out = dict(res.__dict__)
+    out["lengths"] = list(res.lengths)
+    out["loss_past"] = {str(n): v for n, v in res.loss_past.items()}
+    out["loss_mean"] = {str(n): v for n, v in res.loss_mean.items()}
+    return out
+
+
+def result_from_dict(data: dict) -> LabResult:
+    """The ``LabResult`` that ``result_to_dict`` wrote."""
+    data = dict(data)
+    data["lengths"] = tuple(data["lengths"])
+    data["loss_past"] = {int(n): v for n, v in data["loss_past"].items()}
+    data["loss_mean"] = {int(n): v for n, v in data["loss_mean"].items()}
+    return LabResult(**data)
+
+
+def load_results(path) -> tuple[list[LabResult], dict]:
+    """The results of a lab run written by ``python -m posenc_lib.lab``
+    (``results.json``, or a copy of it such as a committed run): the ``LabResult``
+    list and the whole record (its ``config``, ``run``: where and how it ran)."""
+    import json
+
+    record = json.loads(pathlib.Path(path).read_text())
+    return [result_from_dict(r) for r in record["results"]], record
+
+
+def committed_run(name: str = "cpu_small") -> tuple[list[LabResult], dict]:
+    """A run of ``python -m posenc_lib.lab`` shipped with the library
+    (``posenc_lib/data/lab_<name>.json``, its ``results.json`` as written): the
+    results and the record (``config``; ``run``: machine, device, versions, time)."""
+    path = pathlib.Path(__file__).parents[2] / "data" / f"lab_{name}.json"
+    if not path.exists():
+        shipped = sorted(p.stem[4:] for p in path.parent.glob("lab_*.json"))
+        raise ValueError(f"name must be one of {shipped}, got {name!r}")
+    return load_results(path)
 
 
 def _line(res: LabResult) -> str:
