@@ -35,8 +35,8 @@ running Python's standard library), ``hf`` (``--hf-dataset name[:config]``: the
 ``text`` column of a Hugging Face dataset, its first ``--corpus-chars`` bytes, streamed
 online through the optional ``datasets``: ``pip install "posenc_lib[datasets]"``).
 Text is split by position: the first 90 % trains, the rest evaluates, and no window
-crosses the split. A batch is a function of the seed and the step only, so a resumed run reads
-the same batches and N processes read the same global batch as one.
+crosses the split. A batch is a function of the seed and the step only, so a resumed run
+reads the same batches and N processes read the same global batch as one.
 
 Output (``--out``): ``results.json`` (every result, the summary, the configuration and
 the run's record), ``table.txt`` (the book's table), ``plot.png`` (if matplotlib is
