@@ -50,7 +50,8 @@ checked against ``position_ids``; a model whose positions are not such a run (3-
 ``position_ids``, packed sequences through a cache) is refused with the reason.
 
 Supported: decoder models built like Llama (``LlamaForCausalLM``, Qwen2/Qwen3,
-Mistral, Gemma: one ``rotary_emb`` on ``model.model``); grouped-query heads; RoPE
+Mistral, Gemma: one ``rotary_emb`` on ``model.model``); grouped-query heads; sliding
+windows (Mistral's, Qwen3's sliding layers: the mask carries them); RoPE
 scalings ``default``, ``linear``, ``yarn``, ``llama3`` and partial rotary, mapped to
 ``pl.RoPE`` by :func:`rope_from_config`. Not supported, refused by name: soft-capped
 scores (Gemma 2), attention dropout, models with several rotary modules (Gemma 3's

@@ -17,6 +17,7 @@ FAMILIES = {
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 16}),
     "gemma": ("GemmaConfig", "GemmaForCausalLM", {"head_dim": 16}),
 }
+SLIDING = {"mistral": ("MistralConfig", "MistralForCausalLM", {})}
 ROPES = {
     "default": None,
     "linear": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
@@ -39,7 +40,7 @@ ROPES = {
 
 def tiny(family="llama", rope=None, seed=0, **extra):
     """2 layers, hidden 64, 4 heads over 2 key-value heads (GQA), vocab 100."""
-    config_name, model_name, kw = FAMILIES[family]
+    config_name, model_name, kw = {**FAMILIES, **SLIDING}[family]
     config = getattr(transformers, config_name)(
         vocab_size=100,
         hidden_size=64,
@@ -207,3 +208,22 @@ def test_the_model_without_attach_is_refused_clearly():
     model.set_attn_implementation(plhf.NAME)
     with pytest.raises(RuntimeError, match="attach"):
         model(torch.randint(1, 100, (1, 5)))
+
+
+@pytest.mark.parametrize("family", ["mistral", "qwen3"])
+def test_a_sliding_window_model_generates_as_with_its_own_attention(family):
+    """The mask carries the window; generation runs past it (22 tokens, window 6)."""
+    extra = {"sliding_window": 6}
+    if family == "qwen3":
+        extra.update(use_sliding_window=True, max_window_layers=1)
+    model = tiny(family, **extra)
+    ids, mask = batch(b=2, n=12, pads=(0, 3))
+    kw = dict(attention_mask=mask, max_new_tokens=10, do_sample=False)
+    kw.update(output_scores=True, return_dict_in_generate=True)
+    with torch.no_grad():
+        want = model.generate(ids, **kw)
+        plhf.attach(model)
+        got = model.generate(ids, **kw)
+    assert torch.equal(got.sequences, want.sequences)
+    for a, b in zip(got.scores, want.scores):
+        assert_close(a, b, atol=2e-5, rtol=1e-5)
