@@ -14,6 +14,7 @@ import posenc_lib.hf as plhf  # noqa: E402
 
 FAMILIES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 16}),
     "gemma": ("GemmaConfig", "GemmaForCausalLM", {"head_dim": 16}),
 }
