@@ -228,3 +228,19 @@ def test_a_sliding_window_model_generates_as_with_its_own_attention(family):
     assert torch.equal(got.sequences, want.sequences)
     for a, b in zip(got.scores, want.scores):
         assert_close(a, b, atol=2e-5, rtol=1e-5)
+
+
+def test_the_installed_transformers_rotates_where_the_adapter_expects():
+    """What attach relies on, read in the installed code: the model makes cos and
+    sin in its rotary module; the attention rotates q and k, then updates the cache,
+    then calls the registered attention function."""
+    import inspect
+
+    llama = transformers.models.llama.modeling_llama
+    forward = inspect.getsource(llama.LlamaAttention.forward)
+    order = [
+        forward.index(s)
+        for s in ("apply_rotary_pos_emb(", "cache.update(", "attention_interface(")
+    ]
+    assert order == sorted(order)
+    assert "self.rotary_emb(" in inspect.getsource(llama.LlamaModel.forward)
