@@ -149,6 +149,20 @@ def test_the_student_readme_and_the_colab_cell_install_what_the_chapters_import(
         if extra not in readme_req.extras
         for r in reqs
     }
+    # a chapter that needs another extra installs it in a Colab cell of its own
+    # after the canonical one (From the course to a real checkpoint: "hf"); what
+    # that extra provides is declared for the chapters too
+    own_extras = set()
+    for path in sorted((ROOT / "book").rglob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"][1:]:
+            source = "".join(cell["source"]) if cell["cell_type"] == "code" else ""
+            for m in re.finditer(r"posenc_lib\[([^\]]*)\] @", source):
+                own_extras |= set(m.group(1).split(",")) - readme_req.extras
+    declared |= {
+        canonicalize_name(Requirement(r).name)
+        for extra in own_extras
+        for r in meta["optional-dependencies"][extra]
+    }
     provides = importlib.metadata.packages_distributions()
     chapters = _chapter_imports()
     library = set()  # and what the library imports for them

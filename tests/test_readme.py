@@ -21,3 +21,21 @@ def test_the_readme_python_examples_run():
         torch.cat([namespace["prompt_tokens"], namespace["next_token"]], 1)
     )
     torch.testing.assert_close(namespace["logits"], full[:, -1:], atol=1e-5, rtol=1e-5)
+
+
+def test_the_readme_hugging_face_example_keeps_the_logits():
+    """The README's posenc_lib.hf example: the model's own RoPE run by posenc_lib gives
+    its logits; an encoding swapped in generates."""
+    import pytest
+
+    pytest.importorskip("transformers")
+    import torch
+
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)
+    torch.testing.assert_close(
+        namespace["after"], namespace["before"], atol=1e-5, rtol=1e-5
+    )
+    assert namespace["swapped"].shape == (2, 16)
