@@ -78,6 +78,7 @@ __all__ = [
     "NeutralRotary",
     "attach",
     "check_version",
+    "hub_wanted",
     "posenc_attention",
     "register",
     "rope_from_config",
@@ -124,6 +125,24 @@ def _transformers():
             "posenc_lib.hf needs Hugging Face transformers 5.24: "
             'pip install "posenc_lib[hf]"'
         ) from e
+
+
+def hub_wanted(env: str = "POSENC_ONLINE", host: str = "huggingface.co") -> bool:
+    """Whether a chapter should load a real checkpoint: only when asked to (in Colab,
+    or with the environment variable ``env`` set to 1) and when ``host`` answers.
+    Elsewhere (this course's tests, a machine offline) the chapter builds a tiny model
+    instead, and nothing is downloaded."""
+    import os
+    import socket
+    import sys
+
+    if "google.colab" not in sys.modules and os.environ.get(env) != "1":
+        return False
+    try:
+        socket.create_connection((host, 443), timeout=5).close()
+        return True
+    except OSError:
+        return False
 
 
 def check_version(version: str | None = None) -> str:

@@ -3,6 +3,8 @@ models built from the configuration classes with random weights, float32, CPU.""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -244,3 +246,13 @@ def test_the_installed_transformers_rotates_where_the_adapter_expects():
     ]
     assert order == sorted(order)
     assert "self.rotary_emb(" in inspect.getsource(llama.LlamaModel.forward)
+
+
+def test_the_chapter_asks_for_the_hub_only_when_told_to(monkeypatch):
+    """Outside Colab and without POSENC_ONLINE=1 nothing is contacted; asked to, a
+    host that does not answer leaves the chapter on its tiny model."""
+    monkeypatch.delenv("POSENC_ONLINE", raising=False)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    assert plhf.hub_wanted() is False
+    monkeypatch.setenv("POSENC_ONLINE", "1")
+    assert plhf.hub_wanted(host="127.0.0.1") is False  # nothing listens on 443 here
