@@ -363,3 +363,16 @@ def test_the_page_download_is_the_notebook_as_the_page_reads(entry):
     assert nb["metadata"].get("posenc_edition") == "colab", served
     problems = reading_problems(nb)
     assert not problems, f"{entry}:\n" + "\n".join(problems[:10])
+
+
+def test_a_link_to_an_appendix_page_leads_to_the_site_and_the_decks_page():
+    """ "[independent runs](../appendix/datasets.md)": the Colab edition links the page
+    on the site, a deck the page beside it (there is no .md file in either)."""
+    from tools.build import slides
+
+    text = "It held in 10 of 10 [independent runs](../appendix/datasets.md#seeds)."
+    colab = colab_edition.Converter("book/part3/rope", 14, {}, {}, True).inline(text)
+    assert f"]({colab_edition.site_url()}/book/appendix/datasets.html#seeds)" in colab
+    deck = slides.SlideConverter("book/part3/rope", 14, {}, {}, True).inline(text)
+    assert "](../book/appendix/datasets.html#seeds)" in deck
+    assert ".md" not in colab and ".md" not in deck

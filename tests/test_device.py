@@ -142,6 +142,19 @@ def test_the_fake_device_moves_a_module_given_the_device_by_name():
         assert on_fake_cuda(torch.nn.Linear(3, 3).to(device="cuda").weight)
 
 
+def test_the_fake_device_copies_as_to_copy_true_asks():
+    """``t.to(copy=True, dtype=..., device=...)``, as transformers' ``generate``
+    calls it, gives a new tensor on the device asked for (a copy even in place)."""
+    with fake_cuda():
+        x = torch.randn(2, 3, device="cuda")
+        same = x.to(copy=True, dtype=torch.float32, device=x.device)
+        assert on_fake_cuda(same) and same is not x
+        same.add_(1.0)
+        assert not torch.equal(same.cpu(), x.cpu())  # a copy, not a view
+        moved = x.to(copy=True, device="cpu")
+        assert not on_fake_cuda(moved) and torch.equal(moved, x.cpu())
+
+
 def test_the_fake_device_trains_a_module_on_real_values():
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)

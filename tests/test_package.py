@@ -115,6 +115,24 @@ def _chapter_imports() -> set[str]:
     return found
 
 
+def _own_extras_packages(installed: set[str]) -> set[str]:
+    """The packages of the extras that a chapter installs in a Colab cell of its own,
+    after the canonical one, beyond ``installed`` (the real-checkpoint chapter:
+    "hf")."""
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    own_extras = set()
+    for path in sorted((ROOT / "book").rglob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"][1:]:
+            source = "".join(cell["source"]) if cell["cell_type"] == "code" else ""
+            for m in re.finditer(r"posenc_lib\[([^\]]*)\] @", source):
+                own_extras |= set(m.group(1).split(",")) - installed
+    return {
+        canonicalize_name(Requirement(r).name)
+        for extra in own_extras
+        for r in meta["optional-dependencies"][extra]
+    }
+
+
 def _student_requirements() -> list[Requirement]:
     """What the student README's install line and the Colab cell of every chapter
     install: the ``posenc_lib`` requirement of each (``"posenc_lib[course] @ ..."``)."""
@@ -152,17 +170,7 @@ def test_the_student_readme_and_the_colab_cell_install_what_the_chapters_import(
     # a chapter that needs another extra installs it in a Colab cell of its own
     # after the canonical one (From the course to a real checkpoint: "hf"); what
     # that extra provides is declared for the chapters too
-    own_extras = set()
-    for path in sorted((ROOT / "book").rglob("*.ipynb")):
-        for cell in json.loads(path.read_text())["cells"][1:]:
-            source = "".join(cell["source"]) if cell["cell_type"] == "code" else ""
-            for m in re.finditer(r"posenc_lib\[([^\]]*)\] @", source):
-                own_extras |= set(m.group(1).split(",")) - readme_req.extras
-    declared |= {
-        canonicalize_name(Requirement(r).name)
-        for extra in own_extras
-        for r in meta["optional-dependencies"][extra]
-    }
+    declared |= _own_extras_packages(readme_req.extras)
     provides = importlib.metadata.packages_distributions()
     chapters = _chapter_imports()
     library = set()  # and what the library imports for them
@@ -243,6 +251,11 @@ def test_fresh_installs_the_library_alone_and_with_the_course(tmp_path):
     # clone instead of the repository's URL
     extras = ",".join(sorted(_student_requirements()[0].extras))
     pip(f"{source}[{extras}]")
-    modules = sorted(_chapter_imports())
+    # what a chapter's own Colab cell installs besides (transformers) is not imported
+    own = _own_extras_packages(set(extras.split(",")))
+    assert own, "the real-checkpoint chapter installs the hf extra"
+    modules = sorted(
+        m for m in _chapter_imports() if canonicalize_name(m.split(".")[0]) not in own
+    )
     assert "posenc_lib.interactive" in modules and "sympy" in modules
     run(f"import importlib\nfor m in {modules!r}: importlib.import_module(m)", python)

@@ -101,6 +101,8 @@ TARGET = re.compile(r"^\([\w.:-]+\)=[ \t]*\n?", re.M)
 CHAPTER_LINK = re.compile(
     r"\]\((?P<path>(?!https?:)[^)#\s]+\.ipynb)(?P<anchor>#[^)]*)?\)"
 )
+# a link to a page of the book that is not a chapter (an appendix: ``datasets.md``)
+PAGE_LINK = re.compile(r"\]\((?P<path>(?!https?:)[^)#\s]+\.md)(?P<anchor>#[^)]*)?\)")
 TITLES = {
     "note": "Note", "tip": "Tip", "warning": "Warning", "important": "Important",
     "hint": "Hint", "caution": "Caution", "attention": "Attention", "danger": "Danger",
@@ -418,11 +420,23 @@ class Converter:
             return m.group(0)
         return f"]({colab_url(path.removesuffix('.ipynb'))}{m.group('anchor') or ''})"
 
+    def page_link(self, m: re.Match) -> str:
+        """A link to a page of the book that is not a chapter: to that page on the
+        site (the edition has no copy of it)."""
+        path = (pathlib.PurePosixPath(self.entry).parent / m.group("path")).as_posix()
+        while re.search(r"[^/.]+/\.\./", path):
+            path = re.sub(r"[^/.]+/\.\./", "", path, count=1)
+        if not (ROOT / path).exists():
+            return m.group(0)
+        url = f"{site_url()}/{path.removesuffix('.md')}.html"
+        return f"]({url}{m.group('anchor') or ''})"
+
     # -- text
 
     def inline(self, text: str) -> str:
         text = ROLE.sub(self.role, text)
         text = CHAPTER_LINK.sub(self.chapter_link, text)
+        text = PAGE_LINK.sub(self.page_link, text)
         if not self.link_repository:
             return text
         # the repository's paths link to its files, as on the site (repo_links.py)

@@ -477,7 +477,10 @@ class SlideConverter(colab_edition.Converter):
         path = (pathlib.PurePosixPath(self.entry).parent / m.group("path")).as_posix()
         while re.search(r"[^/.]+/\.\./", path):
             path = re.sub(r"[^/.]+/\.\./", "", path, count=1)
-        return f"](../{path.removesuffix('.ipynb')}.html{m.group('anchor') or ''})"
+        suffix = pathlib.PurePosixPath(path).suffix  # .ipynb, or .md (an appendix)
+        return f"](../{path.removesuffix(suffix)}.html{m.group('anchor') or ''})"
+
+    page_link = chapter_link  # the decks sit beside the site: a page is a page
 
 
 ABBREVIATION = re.compile(r"\b(?:Eqs?|Figs?|Secs?|Refs?|al|e\.g|i\.e|cf|vs|resp)\.$")

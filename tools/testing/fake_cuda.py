@@ -189,8 +189,9 @@ def _move(func, args, kwargs):
         target = "cuda" if on_fake_cuda(other) else _DEVICE_GET(other).type
         rest = {"dtype": other.dtype}
     else:
+        parsed = {k: v for k, v in kwargs.items() if k != "copy"}  # not _parse_to's
         device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(
-            *args[1:], **kwargs
+            *args[1:], **parsed
         )
         target = here if device is None else device.type
         rest = {"dtype": dtype} if dtype is not None else {}
@@ -201,7 +202,7 @@ def _move(func, args, kwargs):
     if target == here:
         out = _ORIGINAL_TO(self, **rest) if rest else self
     else:  # a move makes a new tensor, as between real devices
-        out = _ORIGINAL_TO(self, **rest, copy=True)
+        out = _ORIGINAL_TO(self, **{**rest, "copy": True})
     if out is not self:
         _mark(out, target == "cuda")
     return out
