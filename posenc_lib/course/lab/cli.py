@@ -113,8 +113,9 @@ _STEP_SEED = 1_000_003  # the batch of (seed, step) is drawn with seed * this + 
 PRESETS: dict[str, dict] = {
     # the book's chapter (LabConfig's defaults: the Markov chain, L = 16)
     "toy": dict(encodings=("alibi", "nope", "rope", "sinusoidal")),
-    # a CPU run larger than the toy (~15 min on one core): ~0.8M parameters, L = 64,
-    # real text (the standard library's top-level modules, byte by byte)
+    # a CPU run larger than the toy (1,691 s for the committed one, one thread): ~0.8M
+    # parameters, L = 64, real text (the standard library's top-level modules, byte
+    # by byte)
     "cpu-small": dict(
         encodings=("alibi", "nope", "rope", "sinusoidal"),
         dataset="text",
@@ -131,7 +132,7 @@ PRESETS: dict[str, dict] = {
         eval_sequences=16,
         checkpoint_every=100,
     ),
-    # one GPU, minutes: ~11M parameters, L = 256
+    # one GPU (its time not measured here): ~11M parameters, L = 256
     "gpu-medium": dict(
         encodings=("alibi", "nope", "rope", "sinusoidal", "t5", "xpos", "fox"),
         dataset="text",
@@ -149,7 +150,7 @@ PRESETS: dict[str, dict] = {
         eval_chunk=16,
         checkpoint_every=500,
     ),
-    # several GPUs (torchrun), hours: ~85M parameters, L = 1024
+    # several GPUs (torchrun; not run here): ~85M parameters, L = 1024
     "gpu-large": dict(
         encodings=("alibi", "nope", "rope", "sinusoidal", "t5", "xpos", "fox"),
         dataset="text",
