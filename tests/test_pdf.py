@@ -1,8 +1,9 @@
-"""The book's PDF (``make pdf``: tools/build/pdf.py), opened with pypdf: a plausible
-number of pages, every chapter of ``_toc.yml`` in it under its own title, no formula
-left as TeX, every chapter's figures printed, the exercises' solutions in an appendix
-at the end (not under their exercises, where the site hides them), and no line of code
-cut at the right edge of a page.
+"""The book's PDF (``make pdf``: tools/build/pdf.py), opened with pypdf (its outline
+and images) and PDFium (its text and glyph boxes): a plausible number of pages, every
+chapter of ``_toc.yml`` in it under its own title, no formula left as TeX, every
+chapter's figures printed, the exercises' solutions in an appendix at the end (not
+under their exercises, where the site hides them), and no line of code cut at the
+right edge of a page (the check itself tried on a planted page).
 
 Marked ``build``: it needs the PDF, so it runs with ``-m build`` after ``make pdf``.
 Without a PDF it skips with a message on a reader's machine and fails under CI.
@@ -10,6 +11,7 @@ Without a PDF it skips with a message on a reader's machine and fails under CI.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import pathlib
@@ -34,8 +36,7 @@ NOTEBOOKS = [entry for entry in CHAPTERS if (ROOT / f"{entry}.ipynb").exists()]
 # TeX that MathJax should have turned into formulas
 RAW_TEX = [r"\frac", r"\sqrt", r"\begin{", r"\end{", r"\mathrm", r"\mathbf", "$$"]
 RAW_TEX += [r"\left", r"\right", r"\cdot", r"\theta", r"\top", r"\sum", r"\("]
-# a text run in a monospace font (code) ending beyond the right margin is cut
-MONO_ADVANCE = 0.602  # DejaVu Sans Mono's advance width, in em
+# a glyph of a monospace font (code) ending beyond the right margin is cut
 RIGHT_MARGIN_PT = 14 / 25.4 * 72  # tools/build/pdf.py's MARGIN
 INTERACTIVE_CAPTION = "Interactive figure, printed at"
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/gif")
@@ -57,26 +58,53 @@ def reader():
     return PdfReader(PDF)
 
 
+def read_pdf_text(path: pathlib.Path) -> tuple[list[str], list[str]]:
+    """(the text of each page, the glyphs of code that end beyond the right margin),
+    read with PDFium (pypdfium2; pypdf's text extraction took ten times as long).
+
+    A glyph is cut when it is not a space, its font is monospace (code, outputs) and
+    its box ends beyond the page's text area (the margin of tools/build/pdf.py, plus
+    2 pt). PDFium's text rectangles (a few glyphs each) say which pages to look at."""
+    import pypdfium2 as pdfium
+    import pypdfium2.raw as raw
+
+    left, top, right, bottom = (ctypes.c_double() for _ in range(4))
+    font = ctypes.create_string_buffer(256)
+    texts, cut = [], []
+    doc = pdfium.PdfDocument(path)
+    for number in range(len(doc)):
+        page = doc[number]
+        textpage = page.get_textpage()
+        text = textpage.get_text_range()
+        texts.append(text)
+        edge = page.get_width() - RIGHT_MARGIN_PT + 2
+        rects = raw.FPDFText_CountRects(textpage.raw, 0, -1)
+        beyond = False
+        for k in range(rects):
+            raw.FPDFText_GetRect(textpage.raw, k, left, top, right, bottom)
+            beyond = beyond or right.value > edge
+        for i in range(raw.FPDFText_CountChars(textpage.raw) if beyond else 0):
+            char = chr(raw.FPDFText_GetUnicode(textpage.raw, i) or 32)
+            if char.isspace():
+                continue
+            raw.FPDFText_GetCharBox(textpage.raw, i, left, right, bottom, top)
+            if right.value <= edge:
+                continue
+            raw.FPDFText_GetFontInfo(textpage.raw, i, font, len(font), None)
+            if b"Mono" in font.value:
+                line = text[: i + 1].splitlines()[-1].strip()[-60:]  # up to it
+                cut.append(f"page {number + 1}: {line!r} ends at {right.value:.0f} pt")
+        textpage.close()
+        page.close()
+    doc.close()
+    return texts, cut
+
+
 @pytest.fixture(scope="module")
 def extracted(reader):
-    """(the text of each page, the runs of code that end beyond the right margin),
-    in one pass over the PDF (text extraction is most of this module's time)."""
-    texts, cut = [], []
-    for number, page in enumerate(reader.pages, 1):
-        right = float(page.mediabox.right) - RIGHT_MARGIN_PT + 2
-
-        def visit(text, cm, tm, font, size, number=number, right=right):
-            name = str((font or {}).get("/BaseFont", ""))
-            if not text.strip() or "Mono" not in name:
-                return
-            scale_x = cm[0] * tm[0] + cm[2] * tm[1]
-            x = cm[0] * tm[4] + cm[2] * tm[5] + cm[4]
-            end = x + len(text.rstrip()) * MONO_ADVANCE * size * abs(scale_x)
-            if end > right:
-                cut.append(f"page {number}: {text.strip()[:60]!r} ends at {end:.0f} pt")
-
-        texts.append(page.extract_text(visitor_text=visit) or "")
-    return texts, cut
+    """(the text of each page, the code that ends beyond the right margin): one pass
+    over the PDF."""
+    return read_pdf_text(PDF)
 
 
 @pytest.fixture(scope="module")
@@ -340,6 +368,39 @@ def test_the_appendix_mechanism_on_a_small_page(tmp_path):
         "DIV Solution to Exercise 2.2answer 2.2",
     ]
     assert shape["pointers"] == ["#s1-1", "#s2-1", "#s2-2"]
+
+
+def test_the_cut_code_check_finds_a_planted_line(tmp_path):
+    """``read_pdf_text`` on two pages printed as tools/build/pdf.py prints the book:
+    a line of code that runs past the right margin is reported, with its text; the
+    same code wrapped inside the margin, and prose, are not."""
+    from playwright.sync_api import sync_playwright
+
+    if not (os.environ.get("CHROMIUM") or shutil.which("chromium") or IN_CI):
+        pytest.skip("no Chromium: apt-get install -y chromium")
+    line = "too_long = " + " + ".join(f"term_{k}" for k in range(30))
+    pages = {
+        "cut": f'<pre style="white-space: pre; overflow: visible">{line}</pre>',
+        "fits": f'<pre style="white-space: pre-wrap">{line}</pre><p>{line}</p>',
+    }
+    found = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=pdf.chromium(), args=pdf.CHROMIUM_ARGS
+        )
+        tab = browser.new_page()
+        for name, body in pages.items():
+            tab.set_content(f"<html><body>{body}</body></html>")
+            tab.pdf(path=str(tmp_path / f"{name}.pdf"), format="A4", margin=pdf.MARGIN)
+            found[name] = read_pdf_text(tmp_path / f"{name}.pdf")
+        browser.close()
+    texts, cut = found["cut"]
+    assert squash(line) not in squash(texts[0])  # Chromium drops what is off paper
+    assert squash(line)[:40] in squash(texts[0])
+    assert cut and all(c.startswith("page 1: ") for c in cut), cut
+    shown = re.match(r"page 1: '(.+)' ends at", cut[0]).group(1)
+    assert len(shown) > 20 and shown in line, cut  # the line's text, to find it by
+    assert found["fits"][1] == [], found["fits"][1]
 
 
 def test_no_line_of_code_is_cut_at_the_right_edge(extracted):
