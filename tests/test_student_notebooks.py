@@ -23,6 +23,10 @@ Two things it no longer repeats (issue 44), each proven elsewhere once:
   first steps on the device and then reuse nbval's result for the same inputs
   (``tools/testing/train_once.py``; ``tests/test_train_once.py`` shows a tensor on
   the wrong device still fails). Without it every training runs in full.
+
+Its kernels are the ``POSENC_KERNEL`` the test command names (``posenc-forked``:
+fresh kernels forked from a warm process, tools/testing/kernel_forks.py), else
+``python3``.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from nbclient.exceptions import CellExecutionError
 from tools import toc
 from tools.build import colab_edition
 from tools.build import student_edition as se
-from tools.testing import train_once
+from tools.testing import kernel_forks, train_once
 from tools.testing.fake_cuda import KERNEL_CELL
 
 pytestmark = pytest.mark.build
@@ -136,7 +140,7 @@ def run_student_notebook(
     client = NotebookClient(
         nb,
         timeout=300,
-        kernel_name="python3",
+        kernel_name=os.environ.get(kernel_forks.KERNEL_VAR, "python3"),
         resources={"metadata": {"path": str(path.parent)}},
     )
     try:

@@ -37,6 +37,8 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 
+from tools.testing import kernel_forks
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = ROOT / "_build"
 LOGS = BUILD / "logs"
@@ -151,34 +153,48 @@ def nbval_stage(
     logs: pathlib.Path = LOGS,
     stage: pathlib.Path = STAGE,
     records: pathlib.Path = RECORDS,
+    kernels: dict[str, str] | None = None,
 ) -> Stage:
     """The chapters under nbval: their executed notebooks staged for the cache
     (tools/build/nbval_cache.py), every ``pl.train`` recorded
-    (tools/testing/train_once.py)."""
+    (tools/testing/train_once.py). With ``kernels`` (``kernel_server``'s environment)
+    each notebook's kernel is forked from the warm server, else started afresh."""
     junit = logs / f"{log_name('nbval:' + name)}.xml"
+    kernels = kernels or {}
+    kernel = ["--nbval-current-env"]
+    if "POSENC_KERNEL" in kernels:
+        kernel = ["--nbval-kernel-name", kernels["POSENC_KERNEL"]]
     return Stage(
         f"nbval:{name}",
         pytest(
             "-p",
             "tools.build.nbval_cache",
             "--nbval-lax",
-            "--nbval-current-env",
+            *kernel,
             "-q",
             "-rfE",
             f"--junitxml={junit}",
             "--nbval-cell-timeout=300",
             *[f"{e}.ipynb" for e in entries],
         ),  # fmt: skip
-        env={"POSENC_NBVAL_STAGE": str(stage), "POSENC_TRAIN_ONCE": str(records)},
+        env={
+            "POSENC_NBVAL_STAGE": str(stage),
+            "POSENC_TRAIN_ONCE": str(records),
+            **kernels,
+        },
         chapters=entries,
     )
 
 
 def student_stage(
-    name: str, entries: list[str], records: pathlib.Path = RECORDS
+    name: str,
+    entries: list[str],
+    records: pathlib.Path = RECORDS,
+    kernels: dict[str, str] | None = None,
 ) -> Stage:
     """The chapters' student notebooks on a GPU (real, else the fake device), the
-    solutions pasted back, nbval's trainings reused after their first steps."""
+    solutions pasted back, nbval's trainings reused after their first steps; their
+    kernels forked from the warm server with ``kernels``."""
     ids = " or ".join(f"{e}]" for e in entries)
     return Stage(
         f"student:{name}",
@@ -193,7 +209,7 @@ def student_stage(
             ids,
         ),  # fmt: skip
         after=[f"nbval:{name}"],  # its recorded trainings; it runs if nbval failed
-        env={"POSENC_TRAIN_ONCE": str(records)},
+        env={"POSENC_TRAIN_ONCE": str(records), **(kernels or {})},
         chapters=entries,
     )
 
@@ -206,11 +222,31 @@ def unit_tests() -> list[str]:
     return pytest("tests", "-m", "not browser and not build", "-q", "--durations=15")
 
 
-def whole_command(times: dict[str, float], jobs: int) -> list[Stage]:
+def kernel_server() -> kernel_forks.Server | None:
+    """The server of forked kernels (tools/testing/kernel_forks.py) for the chapters'
+    notebooks, preloading what every chapter imports first; None where
+    POSENC_NO_KERNEL_FORKS=1 or it cannot start (the stages then start ordinary
+    kernels)."""
+    if os.environ.get("POSENC_NO_KERNEL_FORKS") == "1":
+        return None
+    notebooks = [ROOT / f"{entry}.ipynb" for entry in chapters()]
+    try:
+        return kernel_forks.start(kernel_forks.preloads(notebooks), python())
+    except (OSError, RuntimeError) as error:
+        print(f"   (ordinary kernels: {error})", flush=True)
+        return None
+
+
+def whole_command(
+    times: dict[str, float], jobs: int, kernels: dict[str, str] | None = None
+) -> list[Stage]:
     stages = []
     for k, entries in enumerate(groups(chapters(), times, jobs)):
         name = entries[0].removeprefix("book/") if len(entries) == 1 else f"g{k + 1}"
-        stages += [nbval_stage(name, entries), student_stage(name, entries)]
+        stages += [
+            nbval_stage(name, entries, kernels=kernels),
+            student_stage(name, entries, kernels=kernels),
+        ]
     every_nbval = [s.name for s in stages if s.name.startswith("nbval:")]
     pdf_log = shlex.quote(str(LOGS / "pdf-build.log"))
     pdf = shlex.join([python(), "-m", "tools.build.pdf"]) + f" > {pdf_log} 2>&1"
@@ -278,13 +314,18 @@ def whole_command(times: dict[str, float], jobs: int) -> list[Stage]:
     return estimated(stages, times)
 
 
-def one_chapter(entry: str, out: pathlib.Path, times: dict[str, float]) -> list[Stage]:
+def one_chapter(
+    entry: str,
+    out: pathlib.Path,
+    times: dict[str, float],
+    kernels: dict[str, str] | None = None,
+) -> list[Stage]:
     """``--chapter``: the chapter under nbval (recording its trainings), then beside
     each other its student notebook on the GPU (reusing them) and its page, strictly,
     rendered from nbval's execution (``tools/build/pages.py``, into ``out/pages``)."""
     stage, records, pages = out / "nbval", out / "train_once", out / "pages"
-    nbval = nbval_stage("chapter", [entry], out / "logs", stage, records)
-    student = student_stage("chapter", [entry], records)
+    nbval = nbval_stage("chapter", [entry], out / "logs", stage, records, kernels)
+    student = student_stage("chapter", [entry], records, kernels)
     commit = [python(), "-m", "tools.build.nbval_cache", "--commit", str(stage)]
     commit += ["--cache", str(pages / ".jupyter_cache")]
     page = [python(), "-m", "tools.build.pages", f"{entry}.ipynb", "--out", str(pages)]
@@ -518,14 +559,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     jobs = max(1, args.jobs)
     logs, out = LOGS, BUILD / "chapter"
+    server = None if args.plan else kernel_server()
+    kernels = server.env() if server else None
+    try:
+        return _main(args, parser, jobs, logs, out, kernels)
+    finally:
+        if server:
+            cpu = server.stop()
+            if cpu is not None:  # not in the stages' CPU column: not their children
+                print(f"   the forked kernels' CPU: {cpu:.0f} s", flush=True)
+
+
+def _main(args, parser, jobs, logs, out, kernels) -> int:
     if args.chapter:
         entry = args.chapter.removesuffix(".ipynb")
         if entry not in chapters():
             parser.error(f"{entry} is not a chapter of _toc.yml")
         logs = out / "logs"
-        stages = one_chapter(entry, out, last_times(logs))
+        stages = one_chapter(entry, out, last_times(logs), kernels)
     else:
-        stages = whole_command(last_times(), jobs)
+        stages = whole_command(last_times(), jobs, kernels)
 
     def echo(line: str) -> None:
         print(line, flush=True)

@@ -19,7 +19,9 @@
 #   installs         fresh installs: the library alone, then with the course extra
 #   recipe           CONTRIBUTING's chapter recipe, in a copy of the repository
 #
-# At the end: a table of the stages (start, seconds, CPU seconds), also written to
+# The chapters' kernels (nbval's and the student run's) are forked from one warm
+# process that imported torch (tools/testing/kernel_forks.py; POSENC_NO_KERNEL_FORKS=1
+# starts ordinary kernels). At the end: a table of the stages (start, seconds, CPU seconds), also written to
 # _build/logs/stages.json (the times the next run schedules by) and stages.tsv; each
 # stage's output is _build/logs/<stage>.log. `make test-chapter CHAPTER=...` runs
 # one chapter's nbval, student notebook and page the same way (--chapter).
