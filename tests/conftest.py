@@ -1,8 +1,14 @@
 import pytest
 import torch
 
+from tools.testing import compile_cache
+
 # the browser tests' fixtures (server, browser, open_page): see tests/browser.py
 pytest_plugins = ["tests.browser"]
+
+# torch.compile's kernels cached without this environment's folder in their keys, so a
+# clean clone (a new .venv) finds the kernels an earlier run compiled with this torch
+compile_cache.apply()
 
 
 @pytest.fixture(autouse=True)

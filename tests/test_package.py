@@ -55,6 +55,12 @@ def reachable(url: str, timeout: float = 10.0) -> bool:
     return True
 
 
+def torch_index(answers=reachable) -> list[str]:
+    """pip's arguments for torch: PyTorch's CPU index (as the workflow installs it)
+    where the index answers, else none (pip's other sources)."""
+    return ["--extra-index-url", CPU_TORCH_INDEX] if answers(CPU_TORCH_INDEX) else []
+
+
 def test_import_posenc_lib_loads_neither_the_course_nor_a_plotting_library():
     loaded = json.loads(
         run(
@@ -251,8 +257,7 @@ def test_fresh_installs_the_library_alone_and_with_the_course(tmp_path):
     )
     # a CPU build from PyTorch's CPU index (PyPI's Linux torch brings several GB of
     # CUDA libraries); where that index is unreachable, from pip's other sources
-    index = ["--extra-index-url", CPU_TORCH_INDEX] if reachable(CPU_TORCH_INDEX) else []
-    pip(torch_pin, *index)
+    pip(torch_pin, *torch_index())
     assert run("import torch; print(torch.version.cuda)", python).strip() == "None"
     pip(str(source))
     out = run(

@@ -134,6 +134,7 @@ def test_the_answer_key_never_leaves_the_build():
 # The current major version of each action the workflow uses (as of November 2026:
 # the tags of each action's repository); GitHub retires the older ones' runtimes.
 CURRENT_MAJOR = {
+    "actions/cache": 5,
     "actions/checkout": 7,
     "actions/setup-python": 7,
     "actions/upload-artifact": 7,
@@ -169,7 +170,10 @@ def test_the_fresh_installs_take_torch_from_the_cpu_index_the_workflow_uses():
     assert index and index.group(1).rstrip("/").endswith("/whl/cpu")
     assert test_package.CPU_TORCH_INDEX == index.group(1)
     source = (ROOT / "tests" / "test_package.py").read_text()
-    assert re.search(r"pip\(torch_pin, [^)]*CPU_TORCH_INDEX\)", source)
+    assert "pip(torch_pin, *torch_index())" in source
+    cpu = ["--extra-index-url", test_package.CPU_TORCH_INDEX]
+    assert test_package.torch_index(lambda url: True) == cpu
+    assert test_package.torch_index(lambda url: False) == []  # pip's own sources
 
 
 def test_the_workflow_runs_what_the_repository_has():
@@ -185,3 +189,16 @@ def test_the_workflow_runs_what_the_repository_has():
         if line.startswith("torch==")
     )
     assert pin in text
+
+
+def test_the_test_command_starts_with_the_compiled_kernels_of_earlier_runs():
+    """The unit tests compile a few hundred graphs: the workflow restores torch's
+    compile cache (and saves it after the run) where the test command looks for it."""
+    build = steps(yaml.safe_load(PUBLISH.read_text())["jobs"]["build"])
+    names = [s.get("uses", s.get("run", "")) for s in build]
+    cache = next(s for s in build if s.get("uses", "").startswith("actions/cache@"))
+    command = next(s for s in build if s.get("run", "").strip() == ".ci/run")
+    assert build.index(cache) < build.index(command), names
+    assert command["env"]["TORCHINDUCTOR_CACHE_DIR"] == cache["with"]["path"]
+    assert "requirements.txt" in cache["with"]["key"]  # a new torch: a new cache
+    assert "posenc_lib/**" in cache["with"]["key"]

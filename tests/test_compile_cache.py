@@ -1,0 +1,44 @@
+"""The unit tests' compile cache (tools/testing/compile_cache.py): a kernel's key does
+not depend on the folder torch is installed in, does depend on everything else (the
+source, the command, torch's version), and a cached source file that names another
+environment's folder is rewritten before a compile reads it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tools.testing import compile_cache
+
+codecache = pytest.importorskip("torch._inductor.codecache")
+
+
+def test_the_tests_run_with_it():
+    assert compile_cache.apply()  # tests/conftest.py applied it: no second wrapper
+    assert getattr(codecache.code_hash, compile_cache._MARK)
+
+
+def test_a_kernels_key_ignores_torchs_folder_only():
+    here = compile_cache.folder()
+    source = '#include "{}/torch/_inductor/codegen/cpp_prefix.h"\nint k;'
+    command = "g++ -I{}/torch/include -O3"
+    key = codecache.get_hash(source.format(here), command.format(here))
+    # torch's folder hashes as torch's version and build, as it does in another
+    # environment with this torch; any other folder stays part of the key
+    name = compile_cache.tag()
+    assert key == codecache.get_hash(source.format(name), command.format(name))
+    elsewhere = "/tmp/another-clone/.venv/lib/python3.11/site-packages"
+    assert key != codecache.get_hash(source.format(elsewhere), command.format(here))
+    assert key != codecache.get_hash(source.format(here), command.format(here) + "x")
+    assert torch.__version__ in name
+
+
+def test_a_cached_source_from_another_environment_is_rewritten(tmp_path, monkeypatch):
+    monkeypatch.setattr(codecache, "cache_dir", lambda: str(tmp_path))
+    here = compile_cache.folder()
+    ours = f'#include "{here}/torch/x.h"\n'
+    _, path = codecache.write(ours, "cpp")
+    with open(path, "w") as f:  # as another environment wrote it, under the same key
+        f.write(ours.replace(here, "/gone/site-packages"))
+    assert codecache.write(ours, "cpp")[1] == path
+    assert open(path).read() == ours
