@@ -104,9 +104,13 @@ def open_page(browser, server):
     (and recorded)."""
     pages, blocked = [], []
 
-    def go(path: str, width: int = 1280):
+    def go(path: str, width: int = 1280, before_load=None):
+        """The page at ``path``, loaded; ``before_load(page)`` runs first (to listen
+        to the page's console from its first line)."""
         page = browser.new_page(viewport={"width": width, "height": 900})
         pages.append(page)
+        if before_load is not None:
+            before_load(page)
 
         def route(r):
             if urlparse(

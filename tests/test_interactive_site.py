@@ -85,11 +85,13 @@ def _move_control(page, gd) -> str:
 
 @pytest.mark.parametrize("entry", sorted(PAGES))
 def test_each_figure_follows_its_control_offline(open_page, server, entry):
-    page = open_page(f"{entry}.html")
     errors = []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.reload(wait_until="load")  # again, with the listeners on from the start
+
+    def listen(page):  # from the page's first line
+        page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+
+    page = open_page(f"{entry}.html", before_load=listen)
     # the theme's own errors on every page (not ours) are left to tests/test_site.py;
     # any error while loading that names plotly, and any later one, fails here
     loading = [e for e in errors if "plotly" in e.lower()]

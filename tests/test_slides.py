@@ -500,11 +500,13 @@ def walk_with_the_right_arrow(page) -> tuple[list, list]:
 @pytest.mark.browser
 @pytest.mark.parametrize("slug", [s.slug for s in SESSIONS])
 def test_every_slide_of_the_deck_shows_in_a_browser(open_page, built, slug):
-    page = open_page(f"slides/{slug}.html")
     errors = []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.reload(wait_until="load")  # with the listeners attached from the start
+
+    def listen(page):  # from the deck's first line
+        page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+
+    page = open_page(f"slides/{slug}.html", before_load=listen)
     page.wait_for_function("() => window.Reveal && Reveal.isReady()", timeout=15000)
     page.evaluate("() => MathJax.startup.promise")
     result = page.evaluate(STEP_THROUGH)
