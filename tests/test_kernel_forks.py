@@ -8,6 +8,7 @@ every chapter imports first.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -94,13 +95,23 @@ def test_a_forked_kernel_is_a_fresh_kernel(forked, monkeypatch):
         run(["print(x)"], kernel_forks.KERNEL_NAME)
 
 
-def test_an_interrupt_reaches_a_forked_kernel_and_it_goes_on(forked):
+@contextlib.contextmanager
+def forked_kernel():
+    """(manager, client) of a forked kernel, ready; shut down afterwards."""
     km = KernelManager(kernel_name=kernel_forks.KERNEL_NAME)
     km.start_kernel(cwd=str(ROOT))
     kc = km.client()
     kc.start_channels()
     try:
         kc.wait_for_ready(timeout=30)
+        yield km, kc
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def test_an_interrupt_reaches_a_forked_kernel_and_it_goes_on(forked):
+    with forked_kernel() as (km, kc):
         msg = kc.execute("import time; time.sleep(60)")
         time.sleep(1.0)
         km.interrupt_kernel()
@@ -113,18 +124,10 @@ def test_an_interrupt_reaches_a_forked_kernel_and_it_goes_on(forked):
                 break
             time.sleep(0.2)
         assert reply["content"]["status"] == "ok"
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
 
 
 def test_a_killed_client_takes_its_kernel_along(forked):
-    km = KernelManager(kernel_name=kernel_forks.KERNEL_NAME)
-    km.start_kernel(cwd=str(ROOT))
-    kc = km.client()
-    kc.start_channels()
-    try:
-        kc.wait_for_ready(timeout=30)
+    with forked_kernel() as (km, kc):
         pids = []
         kc.execute_interactive(
             "import os; print(os.getpid())",
@@ -141,9 +144,6 @@ def test_a_killed_client_takes_its_kernel_along(forked):
             time.sleep(0.1)
         else:
             pytest.fail(f"kernel {kernel} outlived its client")
-    finally:
-        kc.stop_channels()
-        km.cleanup_resources()
 
 
 def test_another_sys_path_or_no_server_gets_an_ordinary_kernel(forked, monkeypatch):

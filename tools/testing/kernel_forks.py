@@ -271,8 +271,8 @@ def _accept(conn, children, selector, own: list[int]) -> None:
 class Server:
     """A running server and the kernelspec that points at it."""
 
-    def __init__(self, folder: pathlib.Path, process: subprocess.Popen, modules):
-        self.folder, self.process, self.modules = folder, process, modules
+    def __init__(self, folder: pathlib.Path, process: subprocess.Popen):
+        self.folder, self.process = folder, process
 
     @property
     def address(self) -> str:
@@ -332,7 +332,7 @@ def start(modules: list[str], python: str = sys.executable) -> Server:
     if line.strip() != "ready":
         process.kill()
         raise RuntimeError(f"kernel_forks: the server did not start ({line!r})")
-    return Server(folder, process, modules)
+    return Server(folder, process)
 
 
 def main(argv: list[str]) -> None:
