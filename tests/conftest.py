@@ -1,5 +1,4 @@
 import pytest
-import torch
 
 from tools.testing import compile_cache
 
@@ -7,14 +6,19 @@ from tools.testing import compile_cache
 pytest_plugins = ["tests.browser"]
 
 # torch.compile's kernels cached without this environment's folder in their keys, so a
-# clean clone (a new .venv) finds the kernels an earlier run compiled with this torch
-compile_cache.apply()
+# clean clone (a new .venv) finds the kernels an earlier run compiled with this torch;
+# applied when a test first imports torch's compiler (a process that runs notebooks in
+# their kernels imports neither torch nor its compiler)
+compile_cache.apply_on_import()
 
 
 @pytest.fixture(autouse=True)
 def _seed_and_threads():
     """Every test starts from the same seed, single-threaded (stable on 2-core
-    machines)."""
+    machines). A notebook's cells (nbval's items) take no fixture: they run in their
+    kernel."""
+    import torch
+
     torch.manual_seed(0)
     torch.set_num_threads(1)
     yield

@@ -5,12 +5,17 @@ environment's folder is rewritten before a compile reads it."""
 
 from __future__ import annotations
 
+import pathlib
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from tools.testing import compile_cache
 
 codecache = pytest.importorskip("torch._inductor.codecache")
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_the_tests_run_with_it():
@@ -42,3 +47,22 @@ def test_a_cached_source_from_another_environment_is_rewritten(tmp_path, monkeyp
         f.write(ours.replace(here, "/gone/site-packages"))
     assert codecache.write(ours, "cpp")[1] == path
     assert open(path).read() == ours
+
+
+def test_applied_when_torchs_compiler_is_first_imported():
+    """conftest.py imports neither torch nor its compiler (a stage that runs notebooks
+    in their kernels needs neither); the patch is made when a test imports them."""
+    script = (
+        "import sys\n"
+        "import tests.conftest\n"
+        "assert 'torch' not in sys.modules, 'conftest imported torch'\n"
+        "from torch._inductor import codecache\n"
+        "from tools.testing import compile_cache\n"
+        "assert getattr(codecache.code_hash, compile_cache._MARK, False)\n"
+        "hooks = [f for f in sys.meta_path if isinstance(f, compile_cache._OnImport)]\n"
+        "assert not hooks\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]

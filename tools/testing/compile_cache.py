@@ -14,25 +14,36 @@ version and build (``torch.__version__``, ``torch.version.git_version``): a kern
 compiled in one environment serves another with the same torch, the same source, the
 same headers and the same flags; a different torch never shares a kernel. The source
 file a compile reads is rewritten with this environment's paths when the cached one
-names another's. Used by tests/conftest.py; a torch without these internals is left
-as it is (its cache then keyed as torch keys it).
+names another's. A torch without these internals is left as it is (its cache then
+keyed as torch keys it).
+
+tests/conftest.py calls ``apply_on_import()``: the patch is made when a test first
+imports torch's compiler (``torch._inductor.codecache``), not before, so a pytest
+process that compiles nothing (a stage that runs notebooks in their kernels, the
+browser tests) does not import torch's compiler, about 3 s of CPU each.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import os
-
-import torch
+import sys
 
 _MARK = "_posenc_folder_free"
+CODECACHE = "torch._inductor.codecache"
 
 
 def folder() -> str:
     """The folder torch is installed in (site-packages, or a source checkout)."""
+    import torch
+
     return os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))
 
 
 def tag() -> str:
+    import torch
+
     return f"<torch {torch.__version__} {torch.version.git_version}>"
 
 
@@ -82,3 +93,36 @@ def apply() -> bool:
     codecache.code_hash = folder_free_hash
     codecache.write = refreshing_write
     return True
+
+
+class _OnImport(importlib.abc.MetaPathFinder):
+    """Finds ``torch._inductor.codecache`` as Python would, and applies the patch once
+    the module has run (then takes itself off ``sys.meta_path``)."""
+
+    def find_spec(self, name, path, target=None):
+        if name != CODECACHE:
+            return None
+        sys.meta_path.remove(
+            self
+        )  # the search below, and every later import, without it
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            apply()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def apply_on_import() -> bool:
+    """``apply()`` now if torch's compiler is imported, else when it first is; whether
+    it was applied now."""
+    if CODECACHE in sys.modules:
+        return apply()
+    if not any(isinstance(f, _OnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _OnImport())
+    return False
