@@ -139,6 +139,7 @@ def open_page(browser, server):
         return page
 
     go.blocked = blocked
+    go.server = server
     yield go
     for page in pages:
         page.close()

@@ -83,15 +83,11 @@ def _move_control(page, gd) -> str:
     return "dropdown"
 
 
-@pytest.mark.parametrize("entry", sorted(PAGES))
-def test_each_figure_follows_its_control_offline(open_page, server, entry):
-    errors = []
-
-    def listen(page):  # from the page's first line
-        page.on("console", lambda m: m.type == "error" and errors.append(m.text))
-        page.on("pageerror", lambda e: errors.append(str(e)))
-
-    page = open_page(f"{entry}.html", before_load=listen)
+def check_each_figure_follows_its_control_offline(page, server, entry, errors, blocked):
+    """On a figure page loaded at desktop width with ``errors`` listened to from its
+    first line: every figure is drawn by the site's own plotly.js and changes when its
+    control moves, with no error. tests/test_site.py calls it on the page it loads
+    for its own checks (one load per page), for every page of ``PAGES``."""
     # the theme's own errors on every page (not ours) are left to tests/test_site.py;
     # any error while loading that names plotly, and any later one, fails here
     loading = [e for e in errors if "plotly" in e.lower()]
@@ -114,7 +110,18 @@ def test_each_figure_follows_its_control_offline(open_page, server, entry):
             f"moving the {how} of a figure on {entry} changed nothing"
         )
     assert not errors, errors
-    assert not open_page.blocked, open_page.blocked
+    assert not blocked, blocked
+    page.evaluate("() => window.scrollTo(0, 0)")
+
+
+def test_every_figure_page_is_checked_by_the_page_test():
+    """The figure check runs inside tests/test_site.py's page test: every page with a
+    figure is one of the pages that test loads."""
+    from tests.test_site import TABLE_PAGES
+
+    assert PAGES and set(PAGES) <= set(TABLE_PAGES), sorted(
+        set(PAGES) - set(TABLE_PAGES)
+    )
 
 
 def test_printing_hides_the_controls_and_shows_the_caption(open_page):

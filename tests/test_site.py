@@ -16,6 +16,7 @@ import pytest
 # the fixtures browser, server and open_page come from tests/browser.py (a plugin of
 # conftest.py), shared by every browser test
 from tests.browser import HTML, NOTEBOOK_PAGES, ROOT, TOC  # noqa: F401
+from tests import test_interactive_site as interactive
 
 pytestmark = pytest.mark.browser
 
@@ -281,12 +282,24 @@ NEXT_FRAME_JS = (
 
 @pytest.mark.parametrize("entry", TABLE_PAGES)
 def test_the_page_reads_at_desktop_and_phone_width(open_page, entry):
-    """One load per page, then every check at each width: at desktop width a chapter
-    renders for a reader (maths, figures, exercises, references, the Colab link);
+    """One load per page, then every check at each width: on a page with interactive
+    figures, each follows its control offline (tests/test_interactive_site.py); at
+    desktop width a chapter renders for a reader (maths, figures, exercises,
+    references, the Colab link);
     nothing is clipped at the right edge, and at desktop width no block scrolls
     sideways, nor a table once a scroll bar takes its width from the page; no table
     splits a word or holds a column with one value."""
-    page = open_page(f"{entry}.html", width=WIDTHS[0])
+    errors = []
+
+    def listen(page):  # from the page's first line (the figure check reads them)
+        page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+
+    page = open_page(f"{entry}.html", width=WIDTHS[0], before_load=listen)
+    if entry in interactive.PAGES:  # its figures follow their controls, offline
+        interactive.check_each_figure_follows_its_control_offline(
+            page, open_page.server, entry, errors, open_page.blocked
+        )
     for width in WIDTHS:
         if width != WIDTHS[0]:
             page.set_viewport_size({"width": width, "height": 900})
