@@ -423,7 +423,7 @@ def test_the_site_serves_the_pdf(reader):
 def test_the_single_page_build_read_nothing_the_site_build_had_read(reader):
     """The single-page build writes from the site build's Sphinx environment: the
     site build (run first, or current) read every page, so it read none again (a
-    differing configuration would make Sphinx re-read them all: some 40 s here)."""
+    differing configuration would make Sphinx re-read them all: 30 s more here)."""
     if not pdf.RECORD.exists():
         pytest.skip(f"no {pdf.RECORD}: the PDF was printed with --print-only")
     record = json.loads(pdf.RECORD.read_text())
