@@ -42,8 +42,9 @@ html: $(STAMP)
 	$(PY) -m tools.build.site
 
 # The PDF alone, _build/pdf/positional-encoding-course.pdf (tools/build/pdf.py), into
-# the built site: reuses the site build's executed notebooks (builds the site first if
-# it is stale).
+# the built site: its single-page build (_build/singlehtml) writes from the site build's
+# Sphinx environment, reading no page again (it builds the site first if that is
+# stale or a page was edited since).
 pdf: $(STAMP)
 	$(PY) -m tools.build.pdf
 

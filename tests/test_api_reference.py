@@ -153,6 +153,25 @@ def test_inline_code_mentions_find_their_entry(text, expected):
     assert (found[0] if found else None) == expected
 
 
+def test_references_resolve_in_a_build_that_read_no_page(monkeypatch):
+    """Sphinx resolves references when it writes, also in a build that read no page
+    (the PDF's single-page build, from the site build's environment), where autodoc
+    imported nothing: a reference into a package not imported yet still resolves to
+    plain text, and one into no package still warns."""
+    from docutils import nodes
+    from sphinx import addnodes
+
+    def missing(target):
+        node = addnodes.pending_xref("", refdomain="py", reftarget=target)
+        return api_reference._missing_reference(None, None, node, contnode)
+
+    contnode = nodes.literal("", "rgb_to_hsv")
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)
+    assert missing("colorsys.rgb_to_hsv") is contnode
+    assert missing("no_such_package_anywhere.Thing") is None
+    assert missing("tools.toc.entries") is None  # the repository's tools: not the API
+
+
 @pytest.mark.browser
 def test_the_built_reference_has_an_entry_for_every_name(open_page):
     """In the built site: every documented name has its anchor, every encoding its

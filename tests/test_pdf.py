@@ -418,3 +418,18 @@ def test_the_site_serves_the_pdf(reader):
     for path in served:
         assert path.exists(), f"{path} missing: the site does not serve the PDF"
         assert path.read_bytes() == PDF.read_bytes(), f"{path} is an older PDF"
+
+
+def test_the_single_page_build_read_nothing_the_site_build_had_read(reader):
+    """The single-page build writes from the site build's Sphinx environment: the
+    site build (run first, or current) read every page, so it read none again (a
+    differing configuration would make Sphinx re-read them all: 30 s more here)."""
+    if not pdf.RECORD.exists():
+        pytest.skip(f"no {pdf.RECORD}: the PDF was printed with --print-only")
+    record = json.loads(pdf.RECORD.read_text())
+    assert record["pages"] == len(reader.pages), f"{pdf.RECORD} is of another PDF"
+    assert record["sources_read"] == 0, (
+        f"the single-page build read {record['sources_read']} sources again "
+        "(its log: 'updating environment'): the site build's environment was not "
+        "current for it, see tools/build/pdf.py"
+    )

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from tools.build import site as build_site
 
@@ -33,6 +34,98 @@ def test_cache_key_changes_when_the_library_or_the_pins_change(tmp_path, monkeyp
     with open(tmp_path / "_toc.yml", "a") as f:
         f.write("# a new part\n")
     assert build_site.library_hash() != after_pins  # and of the table of contents
+
+
+def test_the_pages_stamp_names_the_book_extensions_too(tmp_path, monkeypatch):
+    """Sphinx re-reads a page when its source changed, not when an extension that
+    reads it did: the built pages' stamp names the extensions' code, so an edited
+    extension rebuilds the pages (and the PDF's, which it writes from them); the
+    execution cache's stamp does not (its notebooks are still good)."""
+    for name in ("posenc_lib", "requirements.txt", "pyproject.toml", "_toc.yml"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    shutil.copy(ROOT / "_config.yml", tmp_path)
+    shutil.copytree(ROOT / "tools" / "build", tmp_path / "tools" / "build")
+    monkeypatch.setattr(build_site, "ROOT", tmp_path)
+    names = {path.stem for path in build_site.local_extensions()}
+    assert {"api_reference", "repo_links", "singlehtml_nodes"} <= names
+    library, pages = build_site.library_hash(), build_site.pages_hash()
+    with open(tmp_path / "tools" / "build" / "repo_links.py", "a") as f:
+        f.write("# changed\n")
+    assert build_site.library_hash() == library
+    assert build_site.pages_hash() != pages
+
+
+def test_the_pdf_build_shares_the_site_builds_environment():
+    """The single-page build (tools/build/pdf.py) is jupyter-book's, strict, with the
+    site's configuration and no --path-output: beside _build/html, so its doctrees are
+    the site build's _build/.doctrees (jupyter-book puts them beside the output), and
+    with no --all, so it reads no page the site build read. For Sphinx to accept that
+    environment the extensions must be the site's: _config.yml lists the one the
+    single-page builder needs."""
+    import inspect
+
+    from jupyter_book import sphinx as jb_sphinx
+
+    from tools.build import pdf
+
+    command = pdf.build_command()
+    assert command[1:5] == ["build", str(ROOT), "--builder", "singlehtml"]
+    assert {"--warningiserror", "--nitpick", "--keep-going"} <= set(command)
+    assert not {"--all", "--config", "--path-output"} & set(command)
+    assert pdf.SINGLE.parent == build_site.BUILD
+    source = inspect.getsource(jb_sphinx.build_sphinx)
+    assert 'Path(outputdir).parent.joinpath(".doctrees")' in source
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert "singlehtml_nodes" in config["sphinx"]["local_extensions"]
+    # how it counts the sources it read: Sphinx's summary line, in colour or not
+    for line, read in (
+        (
+            "\x1b[01mupdating environment: \x1b[39;49;00m0 added, 0 changed, 0 removed",
+            0,
+        ),
+        ("updating environment: [new config] 49 added, 0 changed, 0 removed", 49),
+        ("updating environment: 0 added, 2 changed, 1 removed", 2),
+    ):
+        found = pdf.UPDATING.search(pdf.ANSI.sub("", line))
+        assert int(found.group(1)) + int(found.group(2)) == read, line
+
+
+def test_the_pdf_build_builds_the_site_first_when_it_is_stale(tmp_path, monkeypatch):
+    """The single-page build prints the site build's environment: the site is built
+    first when there is none, when the library, the pins, the table of contents or
+    an extension changed since (the stamp), or when a page's source is newer than
+    the last site build (it also regenerates the pages collected from the chapters).
+    """
+    import os
+
+    from tools.build import pdf
+
+    stamp = tmp_path / "_build" / ".library-hash"
+    stamp.parent.mkdir()
+    notebook = tmp_path / "book" / "part1" / "x.ipynb"
+    notebook.parent.mkdir(parents=True)
+    notebook.write_text("{}\n")
+    (tmp_path / "_config.yml").write_text("title: x\n")
+    monkeypatch.setattr(pdf, "ROOT", tmp_path)
+    monkeypatch.setattr(pdf, "STAMP", stamp)
+    monkeypatch.setattr(pdf, "pages_hash", lambda: "current")
+    assert pdf.site_staleness() == "no site build"
+    stamp.write_text("older")
+    assert "changed" in pdf.site_staleness()
+    stamp.write_text("current")
+    built = stamp.stat().st_mtime
+    for path in (notebook, tmp_path / "_config.yml"):
+        os.utime(path, (built - 60, built - 60))
+    assert pdf.site_staleness() is None
+    os.utime(notebook, (built + 1, built + 1))  # edited after the site build
+    assert pdf.site_staleness() == "book/part1/x.ipynb edited since"
+    os.utime(notebook, (built - 60, built - 60))
+    checkpoint = notebook.parent / ".ipynb_checkpoints" / "x-checkpoint.ipynb"
+    checkpoint.parent.mkdir()
+    checkpoint.write_text("{}\n")  # Jupyter's autosave is no source
+    os.utime(checkpoint, (built + 1, built + 1))
+    assert pdf.site_staleness() is None
 
 
 def test_code_fits_the_page():

@@ -531,14 +531,26 @@ def _missing_reference(app, env, node, contnode):
         # ``exercises.Check``) is not in the reference: plain text. An exported
         # name that is missing from the reference still warns.
         module_name, _, name = target.rpartition(".")
-        module = sys.modules.get(module_name)
+        module = _module(module_name)
         if module is not None and hasattr(module, name):
             if name not in getattr(module, "__all__", ()):
                 return contnode
         return None
-    if head not in sys.modules or head == "tools":
+    if head == "tools" or _module(head) is None:
         return None
     return contnode
+
+
+def _module(name: str) -> ModuleType | None:
+    """The module ``name``, imported if autodoc has not: a build that reads no page
+    (the PDF's single-page build, from the site build's environment) resolves the
+    references all the same; None if there is no such module."""
+    if name in sys.modules:
+        return sys.modules[name]
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
 
 
 def _link_targets(env) -> dict[str, tuple[str, str]]:

@@ -7,11 +7,18 @@
 Three steps:
 
 1. ``jupyter-book build --builder singlehtml``, strict like the site build
-   (``--warningiserror --nitpick``), into ``_build/pdf/_build/singlehtml``. The
-   notebooks are NOT executed again: the build uses the site's execution cache
-   (``_build/.jupyter_cache``, ``execute_notebooks: cache`` in ``_config.yml``). When
-   that cache is missing or stale (``posenc_lib``, the pins or ``_toc.yml`` changed
-   since the last site build: ``tools/build/site.py``'s hash), the site is built first.
+   (``--warningiserror --nitpick --keep-going``), into ``_build/singlehtml``, beside
+   the site's ``_build/html``: with the site's ``_config.yml`` (the same extensions,
+   ``singlehtml_nodes`` among them), it shares the site build's Sphinx environment
+   (``_build/.doctrees``), so it reads no page again (nor executes a notebook): it
+   only assembles the pages the site build read into one and writes it. The site
+   build runs first when its pages are missing or stale (``site_staleness``):
+   ``posenc_lib``, the pins, ``_toc.yml`` or an extension of the book changed since
+   the last site build (``tools/build/site.py``'s stamps), or a page's source was
+   edited since. Sphinx would re-read an edited source itself, but the site build
+   also regenerates the pages collected from the chapters (the errata index, the
+   teaching guide's). The build records how many sources it read
+   (``_build/pdf/build.json``), and ``tests/test_pdf.py`` checks that it was none.
 2. Headless Chromium (Debian's ``/usr/bin/chromium``, or ``$CHROMIUM``, driven by
    playwright) opens that page from a local server with every other request blocked,
    waits for MathJax to finish typesetting, for every image to load and for every
@@ -47,6 +54,7 @@ from __future__ import annotations
 import argparse
 import functools
 import http.server
+import json
 import os
 import pathlib
 import re
@@ -57,15 +65,21 @@ import threading
 import time
 from urllib.parse import urlparse
 
-import yaml
-
-from tools.build.site import BUILD, STAMP, library_hash
+from tools.build.site import BUILD, STAMP, pages_hash
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OUT = BUILD / "pdf"
 PDF_NAME = "positional-encoding-course.pdf"
 PDF = OUT / PDF_NAME
-SINGLE = OUT / "_build" / "singlehtml"
+# jupyter-book's single-page output with no --path-output: beside _build/html, with its
+# doctrees in _build/.doctrees (jupyter_book/sphinx.py: the output's parent), the site's
+SINGLE = BUILD / "singlehtml"
+RECORD = OUT / "build.json"  # the last build's sources read and seconds
+# Sphinx's summary of what it re-reads: "updating environment: [reason] 0 added, ..."
+UPDATING = re.compile(
+    r"updating environment: .*?(\d+) added, (\d+) changed, (\d+) removed"
+)
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -175,50 +189,77 @@ def chromium() -> str:
     return path
 
 
-def ensure_site_cache() -> None:
-    """The single-page build reuses the site's executed notebooks: build the site
-    first when its cache is missing or stale."""
-    if STAMP.exists() and STAMP.read_text() == library_hash():
+def site_staleness() -> str | None:
+    """Why the site build's pages (and its Sphinx environment, which the single-page
+    build writes from) are not current; None when they are."""
+    if not STAMP.exists():
+        return "no site build"
+    if STAMP.read_text() != pages_hash():
+        return "posenc_lib, the environment, _toc.yml or an extension changed"
+    built = STAMP.stat().st_mtime
+    sources = [ROOT / "_config.yml", *(ROOT / "book").rglob("*")]
+    edited = [
+        path
+        for path in sources
+        if path.is_file()
+        and ".ipynb_checkpoints" not in path.parts
+        and path.stat().st_mtime > built
+    ]
+    if edited:
+        more = f" (and {len(edited) - 1} more)" if len(edited) > 1 else ""
+        return f"{edited[0].relative_to(ROOT)}{more} edited since"
+    return None
+
+
+def ensure_site() -> None:
+    """The single-page build writes from the site build's environment: build the
+    site first when it is missing or stale."""
+    reason = site_staleness()
+    if reason is None:
         return
-    print("[pdf] no current site build: running tools.build.site first", flush=True)
+    print(f"[pdf] running tools.build.site first: {reason}", flush=True)
     subprocess.run([sys.executable, "-m", "tools.build.site"], cwd=ROOT, check=True)
 
 
-def build_singlehtml() -> None:
-    config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    # tools/build/singlehtml_nodes.py: sphinx-proof's nodes in the singlehtml builder
-    config["sphinx"].setdefault("local_extensions", {})["singlehtml_nodes"] = str(
-        ROOT / "tools" / "build"
-    )
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-    (BUILD / "extra").mkdir(parents=True, exist_ok=True)  # html_extra_path
-    cmd = [
+def build_command() -> list[str]:
+    return [
         str(pathlib.Path(sys.executable).parent / "jupyter-book"),
         "build",
         str(ROOT),
         "--builder",
         "singlehtml",
-        "--config",
-        str(OUT / "_config.yml"),
-        "--path-output",
-        str(OUT),
         "--warningiserror",
         "--nitpick",
         "--keep-going",
-        # every page re-read (from the execution cache, a few seconds): an
-        # incremental build would keep outputs that a newer site build replaced
-        "--all",
+        # no --all, no --config, no --path-output: the site's configuration and
+        # environment (_build/.doctrees), which ensure_site made current
     ]
+
+
+def build_singlehtml() -> int:
+    """The single-page build; returns how many sources it read (0 when the site
+    build's environment was current)."""
+    # the old layout (its own configuration and environment, every page re-read)
+    shutil.rmtree(OUT / "_build", ignore_errors=True)
+    (OUT / "_config.yml").unlink(missing_ok=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (BUILD / "extra").mkdir(parents=True, exist_ok=True)  # html_extra_path
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        build_command(),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
-    executed = []
+    executed, read = [], 0
     for line in proc.stdout:
         sys.stdout.write(line)
         found = re.search(r"(\S+\.ipynb): Executed notebook", line)
         if found:
             executed.append(found.group(1))
+        updating = UPDATING.search(ANSI.sub("", line))
+        if updating:
+            read += int(updating.group(1)) + int(updating.group(2))
     if proc.wait() != 0:
         sys.exit(f"[pdf] the single-page build failed (exit {proc.returncode})")
     if executed:
@@ -227,6 +268,13 @@ def build_singlehtml() -> None:
             f"cache and ran again: {', '.join(executed)}",
             flush=True,
         )
+    if read:
+        print(
+            f"[pdf] the single-page build read {read} source(s) again: the site "
+            "build's environment was not current",
+            flush=True,
+        )
+    return read
 
 
 def root_page() -> pathlib.Path:
@@ -334,10 +382,10 @@ def main() -> int:
     if args.check_chromium:
         print(f"[pdf] printing with {chromium()}", flush=True)
         return 0
-    start = time.time()
     if not args.print_only:
-        ensure_site_cache()
-        build_singlehtml()
+        ensure_site()
+    start = time.time()
+    read = None if args.print_only else build_singlehtml()
     built = time.time()
     print_pdf(root_page(), PDF)
     publish(PDF)
@@ -350,6 +398,14 @@ def main() -> int:
         f"{built - start:.0f} s, printing {time.time() - built:.0f} s",
         flush=True,
     )
+    if read is not None:
+        record = {
+            "sources_read": read,
+            "single_page_s": round(built - start, 1),
+            "printing_s": round(time.time() - built, 1),
+            "pages": pages,
+        }
+        RECORD.write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 

@@ -12,7 +12,11 @@ jupyter-cache keys executed notebooks on their code cells only, so a change to
 benchmark), or to the pinned environment, would otherwise leave stale outputs on the
 site. We key the cache on those too: a stamp beside it names the library state its
 notebooks were executed with, and a cache of another state is dropped; a second stamp
-does the same for the built pages.
+does the same for the built pages, and names the code of the book's own Sphinx
+extensions too (``local_extensions`` in ``_config.yml``): Sphinx re-reads a page when
+its source changed, never when an extension that reads it did. The PDF's single-page
+build (``tools/build/pdf.py``) reads nothing itself: it writes from this build's
+environment (``_build/.doctrees``), so it checks both stamps before.
 """
 
 from __future__ import annotations
@@ -25,13 +29,15 @@ import subprocess
 import sys
 import time
 
+import yaml
+
 from tools.build import colab_edition, generated, session_bundles
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = ROOT / "_build"
 CACHE = BUILD / ".jupyter_cache"
 CACHE_STAMP = BUILD / ".cache-library-hash"  # the library the cache was executed with
-STAMP = BUILD / ".library-hash"  # the library the built pages were made with
+STAMP = BUILD / ".library-hash"  # the library (and extensions) of the built pages
 
 
 def stamp_of(path: pathlib.Path) -> str | None:
@@ -54,16 +60,35 @@ def library_hash() -> str:
     return digest.hexdigest()
 
 
+def local_extensions() -> list[pathlib.Path]:
+    """The modules of the book's own Sphinx extensions (``local_extensions`` in
+    ``_config.yml``: name -> folder, relative to the repository)."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    found = config.get("sphinx", {}).get("local_extensions") or {}
+    return [ROOT / folder / f"{name}.py" for name, folder in found.items()]
+
+
+def pages_hash() -> str:
+    """The state of the built pages beyond their sources: the library's
+    (``library_hash``) and that of the extensions' code, which Sphinx does not
+    track (an edited extension rebuilds every page, from the execution cache)."""
+    digest = hashlib.sha256(library_hash().encode())
+    for path in sorted(local_extensions()):
+        digest.update(path.relative_to(ROOT).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def main() -> int:
     fresh = "--fresh" in sys.argv
     os.environ["POSENC_BOOK_BUILD"] = "1"  # checks print neutral verdicts on the site
-    current = library_hash()
+    current, pages = library_hash(), pages_hash()
     if fresh or stamp_of(CACHE_STAMP) != current:
         reason = "--fresh" if fresh else "posenc_lib or the environment changed"
         print(f"[build] dropping the execution cache ({reason})", flush=True)
         shutil.rmtree(CACHE, ignore_errors=True)
         CACHE_STAMP.unlink(missing_ok=True)
-    stale = fresh or "--all-pages" in sys.argv or stamp_of(STAMP) != current
+    stale = fresh or "--all-pages" in sys.argv or stamp_of(STAMP) != pages
     if stale:
         print("[build] rebuilding every page", flush=True)
         for path in (BUILD / "html", BUILD / "jupyter_execute", BUILD / ".doctrees"):
@@ -101,7 +126,7 @@ def main() -> int:
         CACHE_STAMP.unlink(missing_ok=True)
         return result.returncode
     BUILD.mkdir(exist_ok=True)
-    STAMP.write_text(current)
+    STAMP.write_text(pages)
     CACHE_STAMP.write_text(current)
     print(f"[build] open {BUILD / 'html' / 'index.html'}")
     # The student edition, quoting the numbers this build measured, into the site
