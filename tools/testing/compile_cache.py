@@ -102,9 +102,8 @@ class _OnImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name != CODECACHE:
             return None
-        sys.meta_path.remove(
-            self
-        )  # the search below, and every later import, without it
+        # the search below, and every later import, without this finder
+        sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None:
             return spec
