@@ -28,4 +28,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PY=${PY:-.venv/bin/python}
+# Each module's bytecode is written by the first process that imports it and read by
+# the others (Python writes it atomically). With PYTHONDONTWRITEBYTECODE (set on some
+# machines, this one included) every process would compile every module it imports:
+# the library's and tools' own always, and all of torch's in a virtual environment
+# built by uv, which compiles nothing at install (.ci/run: INSTALLER=uv).
+unset PYTHONDONTWRITEBYTECODE
 exec "$PY" -m tools.build.schedule --jobs "${TEST_JOBS:-$(nproc)}" "$@"
