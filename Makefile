@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: site html test test-quick test-chapter test-gpu env clean pdf
 
-# INSTALLER=uv installs the same pins with uv instead of pip (15-21 s instead of 96-154 s
+# INSTALLER=uv installs the same pins with uv instead of pip (15-21 s, not 96-154 s,
 # here; .ci/run uses it): uv comes into the venv from pip and is given the local wheels
 # pip is given (UV_FIND_LINKS, which .ci/run sets from pip's). uv compiles no bytecode:
 # the test command's processes write it as they first import a module (test.sh).
