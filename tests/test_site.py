@@ -393,7 +393,7 @@ def test_no_page_logs_an_error_in_the_browser(browser, server):
     while it loads: the smallest page of each kind, in Chromium (every chapter
     loads the same scripts as the smallest one of its kind; the page test above
     opens them all)."""
-    from tests.browser import _refresh_target
+    from tests.browser import _refresh_target, record_non_local
 
     kinds = kinds_of_page()
     assert len(kinds) >= 4, kinds  # the theme's with and without maths, plotly, slides
@@ -405,15 +405,8 @@ def test_no_page_logs_an_error_in_the_browser(browser, server):
         "console",
         lambda m: m.type == "error" and errors.append(f"{current[0]}: {m.text}"),
     )
-    page.route(
-        "**/*",
-        lambda r: (
-            r.continue_()
-            if urlparse(r.request.url).hostname == "127.0.0.1"
-            or r.request.url.startswith("data:")
-            else r.abort()
-        ),
-    )
+    blocked: list[str] = []  # each fails, and logs its error (LAUNCH_ARGS)
+    record_non_local(page, blocked)
     for file in sorted(kinds.values()):
         current[0] = path = file.relative_to(HTML).as_posix()
         page.goto(f"{server}/{path}", wait_until="load")
@@ -425,6 +418,7 @@ def test_no_page_logs_an_error_in_the_browser(browser, server):
         )
     page.close()
     assert not errors, f"{len(errors)} errors:\n" + "\n".join(errors[:20])
+    assert not blocked, blocked
 
 
 SEARCH_CONTROLS_JS = """() => [...document.querySelectorAll(
