@@ -10,6 +10,7 @@ afterwards on the wrong device.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Callable, Iterator
 
 import torch
@@ -21,8 +22,19 @@ from .utils import as_device, check_positive_int, module_device
 __all__ = ["train", "make_optimizer", "train_step", "evaluate", "accuracy", "Batch"]
 
 # A batch: tokens (b, n), targets (b, n) with -100 where ignored, positions (n,) or
-# (b, n) or None.
-Batch = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None"]
+# (b, n) or None, and optionally the side inputs: a dict of named tensors, the
+# ``inputs=`` of the model's forward (Graphormer's {"spd": (b, n, n), "degree":
+# (b, n)}, a Laplacian encoding's {"eigvecs": (b, n, k)}), or None.
+Batch = (
+    tuple[torch.Tensor, torch.Tensor]
+    | tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None"]
+    | tuple[
+        torch.Tensor,
+        torch.Tensor,
+        "torch.Tensor | None",
+        "Mapping[str, torch.Tensor] | None",
+    ]
+)
 
 
 def _model_device(model: torch.nn.Module, device: torch.device | None) -> torch.device:
@@ -38,19 +50,38 @@ def _model_device(model: torch.nn.Module, device: torch.device | None) -> torch.
     return here
 
 
-def _unpack(batch: object) -> Batch:
-    """``(tokens, targets, pos)``, or ``(tokens, targets)`` with pos None."""
+def _unpack(batch: object) -> tuple:
+    """``(tokens, targets, pos, inputs)`` from a batch ``(tokens, targets)``,
+    ``(tokens, targets, pos)`` or ``(tokens, targets, pos, inputs)`` (pos and inputs
+    None where not given)."""
     if (
         not isinstance(batch, (tuple, list))
-        or len(batch) not in (2, 3)
+        or len(batch) not in (2, 3, 4)
         or not all(isinstance(t, torch.Tensor) for t in batch[:2])
     ):
         raise ValueError(
-            "a batch must be (tokens, targets) or (tokens, targets, pos) with tensors "
-            f"tokens (b, n) and targets (b, n), got {type(batch).__name__}"
+            "a batch must be (tokens, targets), (tokens, targets, pos) or (tokens, "
+            "targets, pos, inputs) with tensors tokens (b, n) and targets (b, n), got "
+            f"{type(batch).__name__}"
             + (f" of length {len(batch)}" if isinstance(batch, (tuple, list)) else "")
         )
-    tokens, targets, *rest = batch
+    tokens, targets, pos, inputs = (*batch, None, None)[:4]
+    if inputs is not None and (
+        not isinstance(inputs, Mapping)
+        or not all(
+            isinstance(k, str) and isinstance(t, torch.Tensor)
+            for k, t in inputs.items()
+        )
+    ):
+        found = (
+            {k: type(t).__name__ for k, t in inputs.items()}
+            if isinstance(inputs, Mapping)
+            else type(inputs).__name__
+        )
+        raise TypeError(
+            "inputs (a batch's fourth element) must be None or a dict of named "
+            f'tensors, the model\'s inputs= (e.g. {{"spd": ...}}), got {found}'
+        )
     if (
         targets.is_floating_point()
         or targets.is_complex()
@@ -64,7 +95,7 @@ def _unpack(batch: object) -> Batch:
             f"targets must have tokens' shape {tuple(tokens.shape)} (one target per "
             f"token, -100 where none), got {tuple(targets.shape)}"
         )
-    return tokens, targets, (rest[0] if rest else None)
+    return tokens, targets, pos, inputs
 
 
 def _scored(targets: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -83,13 +114,25 @@ def _scored(targets: torch.Tensor, vocab: int) -> torch.Tensor:
     return scored
 
 
+def _forward(
+    model: torch.nn.Module, batch: Batch, device: torch.device, causal: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logits ``(b, n, V)`` of a batch and its targets ``(b, n)``, every tensor of
+    it (side inputs included) moved to ``device``."""
+    tokens, targets, pos, inputs = _unpack(batch)
+    pos = None if pos is None else pos.to(device)
+    if inputs is None:  # a model without side inputs need not take inputs=
+        logits = model(tokens.to(device), pos, causal=causal)  # (b, n, V)
+    else:
+        inputs = {k: t.to(device) for k, t in inputs.items()}
+        logits = model(tokens.to(device), pos, causal=causal, inputs=inputs)
+    return logits, targets.to(device)
+
+
 def _loss(
     model: torch.nn.Module, batch: Batch, device: torch.device, causal: bool
 ) -> torch.Tensor:
-    tokens, targets, pos = _unpack(batch)
-    pos = None if pos is None else pos.to(device)
-    logits = model(tokens.to(device), pos, causal=causal)  # (b, n, V)
-    targets = targets.to(device)
+    logits, targets = _forward(model, batch, device, causal)  # (b, n, V), (b, n)
     _scored(targets, logits.shape[-1])
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
 
@@ -130,8 +173,9 @@ def train_step(
     causal: bool = True,
     autocast=None,
 ) -> torch.Tensor:
-    """One step of ``train``: the loss of ``batch``, its gradient clipped to norm 1,
-    one step of ``opt`` and ``sched``; returns the loss (a 0-d tensor, not synced).
+    """One step of ``train``: the loss of ``batch`` (any form ``train`` takes, moved
+    to ``device``), its gradient clipped to norm 1, one step of ``opt`` and ``sched``;
+    returns the loss (a 0-d tensor, not synced).
     ``autocast``: a context for the forward pass (``torch.autocast(...)``), or None.
     ``model`` may be wrapped (``DistributedDataParallel``: gradients averaged over the
     processes before the clipping)."""
@@ -159,11 +203,15 @@ def train(
     progress: bool = True,
     desc: str = "training",
 ) -> list[float]:
-    """Train ``model`` with AdamW on ``batches(step)`` (``(tokens, targets)`` or
-    ``(tokens, targets, pos)``) for ``steps`` steps; return the loss per step.
+    """Train ``model`` with AdamW on ``batches(step)`` for ``steps`` steps; return the
+    loss per step (the cross-entropy of the scored targets).
 
-    The learning rate warms up linearly for 5 % of the steps, then decays with a cosine.
-    Each batch is moved to the model's device; ``device``, if given, must be that
+    A batch is ``(tokens, targets)``, ``(tokens, targets, pos)`` or, for an encoding
+    with side inputs, ``(tokens, targets, pos, inputs)``: ``pos`` may be None and
+    ``inputs`` is the dict of named tensors the model's forward takes as ``inputs=``
+    (``{"spd": ..., "degree": ...}`` for Graphormer). The learning rate warms up
+    linearly for 5 % of the steps, then decays with a cosine. Each batch, side inputs
+    included, is moved to the model's device; ``device``, if given, must be that
     device (the model is never moved). One step is ``train_step``, the optimizer
     ``make_optimizer``.
     """
@@ -186,10 +234,10 @@ def train(
 def _as_batches(
     batches: Batch | Iterator[Batch] | list[Batch],
 ) -> Iterator[Batch] | list[Batch]:
-    """One batch ``(tokens, targets[, pos])`` or several."""
+    """One batch ``(tokens, targets[, pos[, inputs]])`` or several."""
     if (
         isinstance(batches, tuple)
-        and len(batches) in (2, 3)
+        and len(batches) in (2, 3, 4)
         and isinstance(batches[0], torch.Tensor)
     ):
         return [batches]
@@ -204,7 +252,7 @@ def evaluate(
     device: torch.device | None = None,
 ) -> float:
     """Mean cross-entropy (nats per predicted token) of ``model`` over one batch
-    or several, each moved to the model's device."""
+    or several (each in a form ``train`` takes), each moved to the model's device."""
     batches = _as_batches(batches)
     device = _model_device(model, device)
     model.eval()
@@ -222,16 +270,14 @@ def accuracy(
     device: torch.device | None = None,
 ) -> float:
     """Fraction of scored targets (those != -100) that the model's most likely token
-    gets right (each batch moved to the model's device)."""
+    gets right over one batch or several (each in a form ``train`` takes, moved to
+    the model's device)."""
     device = _model_device(model, device)
     model.eval()
     correct = total = 0
     for batch in _as_batches(batches):
-        tokens, targets, pos = _unpack(batch)
-        pos = None if pos is None else pos.to(device)
-        logits = model(tokens.to(device), pos, causal=causal)  # (b, n, V)
+        logits, targets = _forward(model, batch, device, causal)  # (b, n, V), (b, n)
         pred = logits.argmax(-1)  # (b, n)
-        targets = targets.to(device)
         scored = _scored(targets, logits.shape[-1])
         correct += int((pred[scored] == targets[scored]).sum())
         total += int(scored.sum())

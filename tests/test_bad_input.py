@@ -205,7 +205,26 @@ CLASSES = {
             pl.TinyTransformer(8, 16, 2, 1), [(torch.zeros(1, 4).long(),)]
         ),
         ValueError,
-        "a batch must be (tokens, targets) or (tokens, targets, pos)",
+        "a batch must be (tokens, targets), (tokens, targets, pos) or (tokens, "
+        "targets, pos, inputs)",
+    ),
+    "a batch whose inputs are a list in train": (
+        lambda: pl.train(
+            pl.TinyTransformer(8, 16, 2, 1),
+            lambda s: (torch.zeros(1, 4).long(), torch.zeros(1, 4).long(), None, [1]),
+            1,
+            progress=False,
+        ),
+        TypeError,
+        "inputs (a batch's fourth element) must be None or a dict of named tensors",
+    ),
+    "a batch whose inputs hold a number in accuracy": (
+        lambda: pl.accuracy(
+            pl.TinyTransformer(8, 16, 2, 1),
+            (torch.zeros(1, 4).long(), torch.zeros(1, 4).long(), None, {"spd": 1}),
+        ),
+        TypeError,
+        "got {'spd': 'int'}",
     ),
     "lr=inf in train": (
         lambda: pl.train(torch.nn.Linear(1, 1), None, 1, lr=math.inf),

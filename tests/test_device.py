@@ -324,6 +324,34 @@ def test_train_moves_each_batch_to_the_model_and_leaves_the_model_there(device):
     assert losses == pytest.approx(twin_losses, rel=1e-4)
 
 
+def _graph_batches(step):
+    """A batch with side inputs (Graphormer's), built on the CPU."""
+    g = torch.Generator().manual_seed(step)
+    adj = pl.random_connected_graphs(4, 7, 2, g)
+    spd = pl.shortest_path_distances(adj)  # (b, n, n)
+    tokens = torch.randint(VOCAB, (4, 7), generator=g)
+    inputs = {"spd": spd, "degree": pl.node_degrees(adj)}
+    return tokens, spd[:, 0].clamp(max=VOCAB - 1), None, inputs
+
+
+def test_train_moves_a_batchs_side_inputs_to_the_model(device):
+    torch.manual_seed(0)
+    model = pl.TinyTransformer(VOCAB, D_MODEL, N_HEADS, 1, pe=build("graphormer"))
+    twin = copy.deepcopy(model)
+    model.to(device)
+    losses = pl.train(model, _graph_batches, 4, causal=False, progress=False)
+    assert_on(device, *model.parameters())
+    twin_losses = pl.train(twin, _graph_batches, 4, causal=False, progress=False)
+    assert losses == pytest.approx(twin_losses, rel=1e-4)
+    batch = _graph_batches(9)
+    assert pl.evaluate(model, batch, causal=False) == pytest.approx(
+        pl.evaluate(twin, batch, causal=False), rel=1e-4
+    )
+    assert pl.accuracy(model, batch, causal=False) == pl.accuracy(
+        twin, batch, causal=False
+    )
+
+
 def test_helpers_never_move_a_model_the_reader_put_on_the_cpu(device):
     """With a GPU present, a model left on the CPU stays there: the tensors a chapter
     builds for it afterwards (on the CPU) must still meet it."""

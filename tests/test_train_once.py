@@ -196,6 +196,58 @@ def test_another_training_is_never_given_the_recorded_result(records, change):
         assert got != losses
 
 
+def graph_model_and_batches(change_at=None, far_from=None):
+    """A tiny Graphormer model and batches that carry side inputs, ``(tokens, targets,
+    None, {"spd": ..., "degree": ...})``, drawn from a seeded pool of graphs; at step
+    ``change_at`` the degrees are another tensor (values already met), from step
+    ``far_from`` on the distances reach values beyond those met."""
+    torch.manual_seed(0)
+    model = pl.TinyTransformer(V, 16, 2, 1, pe=pl.Graphormer(16, 2, max_dist=12))
+    gen = torch.Generator().manual_seed(100)
+    adj = pl.random_connected_graphs(16, N, 2, gen)
+    pool = {"spd": pl.shortest_path_distances(adj), "degree": pl.node_degrees(adj)}
+
+    def batches(step):
+        idx = torch.randint(16, (4,), generator=gen)
+        x = torch.randint(V, (4, N + 1), generator=gen)
+        inputs = {name: t[idx] for name, t in pool.items()}
+        if step == change_at:
+            inputs["degree"] = inputs["degree"].clamp(max=1)
+        if far_from is not None and step >= far_from:
+            inputs["spd"] = inputs["spd"] + 4  # as far as Graphormer's table reaches
+        return x[:, :-1], x[:, 1:], None, inputs
+
+    return model, batches
+
+
+def test_a_training_whose_batches_carry_side_inputs_is_reused(records):
+    """The side inputs are hashed and fingerprinted with the rest of each batch: the
+    same training is reused, one whose side inputs differ in one batch is not."""
+    losses = record_training(records, *graph_model_and_batches())
+    model, batches = graph_model_and_batches()
+    steps = Steps(model)
+    with fake_cuda():
+        got = reuse(records, model, batches)
+    assert got == losses and outcomes(records) == ["reused"]
+    assert steps.n == train_once.read_log(records)[-1]["ran"] < STEPS
+    plain = steps.n
+
+    model, batches = graph_model_and_batches(change_at=STEPS - 1)
+    steps = Steps(model)
+    with fake_cuda():
+        reuse(records, model, batches)
+    assert outcomes(records)[-1] == "trained (other batches)"
+    assert steps.n == train_once.FIRST_STEPS + STEPS
+
+    # a side input's value beyond those the earlier batches met: stepped for real
+    record_training(records, *graph_model_and_batches(far_from=20))
+    model, batches = graph_model_and_batches(far_from=20)
+    steps = Steps(model)
+    with fake_cuda():
+        reuse(records, model, batches)
+    assert outcomes(records)[-1] == "reused" and steps.n == plain + 1
+
+
 class GpuPathBug(pl.PositionalEncoding):
     """A learned linear bias whose GPU code path is wrong (scaled by 1.5): nbval on
     the CPU never takes it."""

@@ -7,6 +7,7 @@ import torch
 from torch.testing import assert_close
 
 import posenc_lib as pl
+from posenc_lib.train import make_optimizer  # pl.train is the function
 
 
 def test_check_shape_returns_sizes_and_names_the_axis():
@@ -87,6 +88,81 @@ def test_training_reduces_the_loss():
     )
     assert sum(losses[-10:]) / 10 < losses[0] - 0.2
     assert pl.evaluate(model, [batches(0)], device=torch.device("cpu")) < losses[0]
+
+
+def _graph_batches(step):
+    """Batches with side inputs: random graphs, the hop count to node 0 as target."""
+    g = torch.Generator().manual_seed(step)
+    adj = pl.random_connected_graphs(8, 6, 2, g)
+    spd = pl.shortest_path_distances(adj)  # (b, n, n)
+    tokens = torch.zeros(8, 6, dtype=torch.long)
+    tokens[:, 0] = 1
+    inputs = {"spd": spd, "degree": pl.node_degrees(adj)}
+    return tokens, spd[:, :, 0].clamp(max=4), None, inputs
+
+
+def _graph_model():
+    torch.manual_seed(0)
+    return pl.TinyTransformer(5, 16, 2, 1, pe=pl.Graphormer(16, 2, max_dist=4))
+
+
+def test_training_with_side_inputs_is_the_hand_loop_that_passes_them():
+    """A batch (tokens, targets, pos, inputs): ``pl.train`` hands ``inputs`` to the
+    model's forward as a hand-written loop does, step for step, bit for bit."""
+    model, hand = _graph_model(), _graph_model()
+    losses = pl.train(model, _graph_batches, 6, causal=False, progress=False)
+    opt, sched = make_optimizer(hand, 6)
+    hand_losses = []
+    for step in range(6):
+        tokens, targets, _, inputs = _graph_batches(step)
+        logits = hand(tokens, causal=False, inputs=inputs)
+        loss = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1), targets.flatten()
+        )
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(hand.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        hand_losses.append(loss.item())
+    assert losses == hand_losses
+    for p, q in zip(model.parameters(), hand.parameters()):
+        assert torch.equal(p, q)
+    # evaluate and accuracy read the same batches the same way
+    tokens, targets, _, inputs = batch = _graph_batches(9)
+    with torch.no_grad():
+        logits = model(tokens, causal=False, inputs=inputs)
+    want = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    assert pl.evaluate(model, batch, causal=False) == want.item()
+    right = (logits.argmax(-1) == targets).float().mean().item()
+    assert pl.accuracy(model, [batch], causal=False) == pytest.approx(right)
+    # the side inputs matter: with other graphs' distances it computes something else
+    other = {**inputs, "spd": inputs["spd"].flip(0)}
+    assert (
+        pl.evaluate(model, (tokens, targets, None, other), causal=False) != want.item()
+    )
+
+
+@pytest.mark.parametrize(
+    "inputs, says",
+    [
+        ([torch.zeros(1)], "got list"),
+        ({"spd": [[0, 1], [1, 0]]}, "got {'spd': 'list'}"),
+        ({0: torch.zeros(1)}, "got {0: 'Tensor'}"),
+    ],
+)
+def test_side_inputs_that_are_not_a_dict_of_tensors_are_named(inputs, says):
+    model = _graph_model()
+    tokens, targets, pos, _ = _graph_batches(0)
+    calls = [
+        lambda b: pl.train(model, lambda s: b, 1, causal=False, progress=False),
+        lambda b: pl.evaluate(model, b, causal=False),
+        lambda b: pl.accuracy(model, b, causal=False),
+    ]
+    for call in calls:
+        with pytest.raises(TypeError, match="inputs .* must be None or a dict") as e:
+            call((tokens, targets, pos, inputs))
+        assert says in str(e.value)
 
 
 def test_accuracy_counts_only_scored_targets():

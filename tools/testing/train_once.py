@@ -113,6 +113,11 @@ def _update(digest, value) -> None:
         digest.update(f"L{len(value)}".encode())
         for v in value:
             _update(digest, v)
+    elif isinstance(value, dict):  # a batch's side inputs: named tensors, by name
+        digest.update(f"D{len(value)}".encode())
+        for name in sorted(value, key=repr):
+            digest.update(f"K{name!r}".encode())
+            _update(digest, value[name])
     else:
         digest.update(f"V{value!r}".encode())
 
@@ -183,23 +188,38 @@ def _difference(a: list[float], b: list[float]) -> float:
     return out
 
 
+def _elements(batch) -> list:
+    """A batch's elements with their places: ``(k, t)`` for its k-th, ``((k, name),
+    t)`` for each tensor of a dict in it (the side inputs), by name."""
+    out = []
+    for k, t in enumerate(batch):
+        if isinstance(t, dict):
+            out += [((k, name), t[name]) for name in sorted(t, key=repr)]
+        else:
+            out.append((k, t))
+    return out
+
+
 def _signature(batch) -> tuple:
-    """Shapes, dtypes and which elements are present: a new one is probed."""
+    """Shapes, dtypes and which elements (and side inputs) are present: a new one is
+    probed."""
     import torch
 
     return tuple(
-        (tuple(t.shape), str(t.dtype)) if isinstance(t, torch.Tensor) else repr(t)
-        for t in batch
+        (k, tuple(t.shape), str(t.dtype))
+        if isinstance(t, torch.Tensor)
+        else (k, repr(t))
+        for k, t in _elements(batch)
     )
 
 
-def _extremes(batch) -> dict[int, tuple[int, int]]:
+def _extremes(batch) -> dict:
     """The smallest and largest value of each integer tensor of a batch (tokens,
-    targets, positions)."""
+    targets, positions, and side inputs such as a graph's distances and degrees)."""
     import torch
 
     out = {}
-    for k, t in enumerate(batch):
+    for k, t in _elements(batch):
         if (
             isinstance(t, torch.Tensor)
             and t.numel()
