@@ -7,7 +7,6 @@ import torch
 import posenc_lib as pl
 from posenc_lib.course.exercises import Wrong, call, exercise, expect, plant
 from posenc_lib.course.exercises._values import as_float, number
-from posenc_lib.utils import module_device
 
 CHAPTER = "part5/graphs_space"
 
@@ -195,13 +194,10 @@ def _graph_test(count: int = 512, seed: int = 13):
 
 
 def _graph_accuracy(model, tokens, targets, eigvecs) -> float:
-    """Accuracy on the model's own device: the check's data (drawn on the CPU) are
-    moved there and the model is left where it is."""
-    here = module_device(model)
-    inputs = {"eigvecs": eigvecs.to(here)}
-    with torch.no_grad():
-        logits = model.eval()(tokens.to(here), causal=False, inputs=inputs)
-    return (logits.argmax(-1) == targets.to(here)).float().mean().item()
+    """Accuracy on the model's own device (``pl.accuracy`` moves the check's data,
+    drawn on the CPU, there and leaves the model where it is)."""
+    batch = (tokens, targets, None, {"eigvecs": eigvecs})
+    return pl.accuracy(model, batch, causal=False)
 
 
 @exercise("ex-graphs-sign-flip", chapter=CHAPTER, stub=FLIP_STUB)
@@ -261,7 +257,7 @@ def _(answer):
         abs(change) < 0.03,
         f"`model_flipped` gets {on_canon[1]:.3f} with canonical signs and "
         f"{on_flip[1]:.3f} with flipped ones: a model trained on random flips does "
-        "not depend on the signs; was pl.random_sign_flip in its training loop?",
+        "not depend on the signs; was pl.random_sign_flip in its batch function?",
     )
     drop = on_canon[0] - on_flip[0]
     finding = (
