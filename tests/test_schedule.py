@@ -5,6 +5,7 @@ what needs it and nothing else; the stage times are logged for the next run."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 import pytest
@@ -97,3 +98,26 @@ def test_a_stage_that_can_split_takes_the_cores_the_others_leave():
     started = schedule.to_start(plan, set(), set(), 4, rank)
     assert {s.name: s.cores for s in started} == {"browser": 3, "pdf": 1}
     assert plan[0].argv()[-4:] == ["-n", "3", "--dist", "load"]
+
+
+def test_a_run_that_rewrites_a_tracked_file_fails_naming_it(tmp_path):
+    """The site build rewrites the generated files before it builds: in a clean clone
+    whose committed chapter index was stale, the unit test then read the rewritten
+    one and passed. The command compares the tracked files before and after."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "index.md").write_text("old\n")
+    (repo / "ignored.txt").write_text("not tracked\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    for command in (["init", "-q"], ["add", "index.md"], ["commit", "-qm", "one"]):
+        subprocess.run(git + command, check=True)
+    before = schedule.tracked_files(repo)
+    assert list(before) == ["index.md"]
+    write = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text('new\\n')"
+    for target, code in (("ignored.txt", 0), ("index.md", 1)):
+        plan = [schedule.Stage("build", py(write) + [str(repo / target)])]
+        said = run(tmp_path, plan)
+        got = schedule.verdict(plan, before, 0.0, tmp_path, said.append, root=repo)
+        assert got == code, said
+    assert "rewrote 1 tracked file(s): index.md" in said[-1]
+    assert "tools.build.generated" in said[-1]  # and what to run

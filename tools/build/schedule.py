@@ -14,7 +14,10 @@ time, ``tools/results/timings/cpu.json``). A stage that can use several cores (t
 browser tests, by pytest-xdist) gets the free ones the other ready stages leave. A
 stage that fails skips the stages that need it; the others still run (a group's
 student notebooks run after its nbval, passed or not), and the command fails. Each
-stage's output goes to ``_build/logs/<stage>.log``; at the end a table of the stages
+stage's output goes to ``_build/logs/<stage>.log``. A run that changes a file git tracks
+fails at the end, naming it: the stages write only under ``_build/``, so a changed file
+is a committed generated one that was stale (the site build rewrites those before a test
+could see them). At the end a table of the stages
 (start, seconds, CPU seconds, result) is printed and written to
 ``_build/logs/stages.json`` (the next run's expected times) and ``stages.tsv``. On
 one core the stages run one after another.
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import pathlib
@@ -570,6 +574,33 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"   the forked kernels' CPU: {cpu:.0f} s", flush=True)
 
 
+def tracked_files(root: pathlib.Path = ROOT) -> dict[str, str]:
+    """Each file git tracks in ``root`` and a digest of its content (``{}`` outside a
+    git checkout); a deleted file's digest is ``"deleted"``."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True
+        ).stdout.decode()
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    digests = {}
+    for name in filter(None, listed.split("\0")):
+        path = root / name
+        digests[name] = (
+            hashlib.sha256(path.read_bytes()).hexdigest()
+            if path.is_file()
+            else "deleted"
+        )
+    return digests
+
+
+def rewritten(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """The tracked files whose content the run changed."""
+    return sorted(
+        n for n in before.keys() | after.keys() if before.get(n) != after.get(n)
+    )
+
+
 def _main(args, parser, jobs, logs, out, kernels) -> int:
     if args.chapter:
         entry = args.chapter.removesuffix(".ipynb")
@@ -591,7 +622,7 @@ def _main(args, parser, jobs, logs, out, kernels) -> int:
             echo(f"  {begin:5.0f} -> {end:5.0f}  {stage.name}{cores}")
         echo(f"  end: {max(end for _, _, end in plan):.0f} s")
         return 0
-    start = time.time()
+    start, tracked = time.time(), tracked_files()
     if args.chapter:  # the page's build stays: the next run of it is incremental
         for path in (out / "nbval", out / "train_once"):
             shutil.rmtree(path, ignore_errors=True)
@@ -602,9 +633,23 @@ def _main(args, parser, jobs, logs, out, kernels) -> int:
     echo(f"== {len(stages)} stages, {jobs} at a time; each stage's output: {logs}/")
     run(stages, jobs, logs, echo)
     report(stages, jobs, time.time() - start, logs, echo)
+    return verdict(stages, tracked, start, logs, echo)
+
+
+def verdict(stages, tracked, start, logs, echo, root: pathlib.Path = ROOT) -> int:
+    """0 when every stage passed and no tracked file of ``root`` changed since
+    ``tracked`` (``tracked_files`` at the start), else 1, saying why."""
     failed = [s.name for s in stages if s.status != "passed"]
     if failed:
         echo(f"!! did not pass: {', '.join(failed)} (their logs: {logs}/)")
+        return 1
+    changed = rewritten(tracked, tracked_files(root))
+    if changed:
+        echo(
+            f"!! the run rewrote {len(changed)} tracked file(s): {', '.join(changed)}:"
+            " a committed generated file was stale (run .venv/bin/python -m"
+            " tools.build.generated and commit what it writes)"
+        )
         return 1
     echo(f"== all tests passed in {time.time() - start:.0f} s")
     return 0
