@@ -299,3 +299,26 @@ def test_the_served_student_edition_has_every_measured_number(tmp_path):
             text = archive.read(name).decode()
             assert colab_edition.MISSING not in text, name
             assert "{glue" not in text, name
+
+
+def test_the_stubs_kept_on_disk_are_the_checks_stubs_of_this_library(
+    tmp_path, monkeypatch
+):
+    """``check_stubs`` reads the stubs from a file kept under the library's digest
+    (a student stage then imports neither the checks nor torch); a file written from
+    other sources, or broken, is read afresh from the checks and rewritten."""
+    truth = {label: c.stub for label, c in pl_exercises.all_checks().items()}
+    kept = tmp_path / "check_stubs.json"
+    monkeypatch.setattr(student_edition, "STUBS", kept)
+    for before in (None, "{not json", json.dumps({"library": "x", "stubs": {}})):
+        if before is not None:
+            kept.write_text(before)
+        student_edition.check_stubs.cache_clear()
+        assert student_edition.check_stubs() == truth
+        written = json.loads(kept.read_text())
+        assert written["library"] == student_edition._library_digest()
+    stale = {label: "# stale\n" for label in truth}
+    kept.write_text(json.dumps({"library": written["library"], "stubs": stale}))
+    student_edition.check_stubs.cache_clear()
+    assert student_edition.check_stubs() == stale  # read back, not recomputed
+    student_edition.check_stubs.cache_clear()

@@ -49,7 +49,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
+import hashlib
 import json
+import os
 import pathlib
 import re
 import sys
@@ -140,12 +143,49 @@ def solution_code(nb: dict) -> dict[str, str]:
     return out
 
 
+# The checks' stubs (label -> code), kept under the library's sources' digest: reading
+# them imports every check module and torch (3.3 s of CPU), once per process that
+# writes a student notebook (each of the test command's student stages) otherwise.
+STUBS = ROOT / "_build" / "check_stubs.json"
+
+
+def _library_digest() -> str:
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "posenc_lib").rglob("*.py")):
+        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+@functools.cache
+def check_stubs() -> dict[str, str]:
+    """Each registered check's stub (``posenc_lib.exercises``), from ``STUBS`` when it
+    was written from these very library sources, else read from the checks (and
+    written there for the next process)."""
+    key = _library_digest()
+    try:
+        kept = json.loads(STUBS.read_text())
+        if kept["library"] == key:
+            return kept["stubs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    from posenc_lib.exercises import all_checks
+
+    stubs = {label: check.stub for label, check in all_checks().items()}
+    try:  # whole or not at all: a process reading it meanwhile sees the old one
+        STUBS.parent.mkdir(parents=True, exist_ok=True)
+        part = STUBS.with_name(f"{STUBS.name}.{os.getpid()}.part")
+        part.write_text(json.dumps({"library": key, "stubs": stubs}))
+        os.replace(part, STUBS)
+    except OSError:
+        pass
+    return stubs
+
+
 def answer_cell(number: str, label: str | None, checked: set[str]) -> dict:
     if label in checked:
-        from posenc_lib.exercises import all_checks
-
         source = f"# {number}: complete, then run the check below\n"
-        source += all_checks()[label].stub
+        source += check_stubs()[label]
     else:
         source = f"# {number}: your answer\n"
     return nbformat.v4.new_code_cell(

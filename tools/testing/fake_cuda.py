@@ -41,6 +41,8 @@ import types
 import torch
 from torch.overrides import TorchFunctionMode
 
+from tools.testing.device_cells import FAKE_CUDA_CELL
+
 __all__ = ["fake_cuda", "on_fake_cuda", "FakeCudaMode", "KERNEL_CELL"]
 
 CUDA = torch.device("cuda", 0)
@@ -315,14 +317,7 @@ def fake_cuda():
 
 # The first cell a notebook runs to execute on the fake device (a kernel keeps it on
 # until it stops): tests/test_student_notebooks.py and main() below inject it.
-KERNEL_CELL = """\
-# injected: every cell below runs on the fake CUDA device (tools/testing/fake_cuda.py)
-import sys as _sys
-_sys.path.insert(0, {root!r})
-from tools.testing.fake_cuda import fake_cuda as _fake_cuda
-_fake_cuda_on = _fake_cuda()
-_fake_cuda_on.__enter__()
-"""
+KERNEL_CELL = FAKE_CUDA_CELL  # the first cell of a notebook run on this device
 
 
 def main(argv: list[str]) -> int:
