@@ -26,7 +26,9 @@ Two things it no longer repeats (issue 44), each proven elsewhere once:
 
 Its kernels are the ``POSENC_KERNEL`` the test command names (``posenc-forked``:
 fresh kernels forked from a warm process, tools/testing/kernel_forks.py), else
-``python3``. The test process itself imports no torch (marked ``kernels``): the
+``python3``. A figure is drawn where the site shows it but not encoded as an image
+(its outputs are not kept): 0.3 s less per figure. The test process itself imports no
+torch (marked ``kernels``): the
 kernel decides between the GPU and the fake one, and the checks' stubs come from
 ``_build/check_stubs.json`` while the library is unchanged
 (``student_edition.check_stubs``), 3.4 s less per student stage.
@@ -50,7 +52,7 @@ from tools import toc
 from tools.build import colab_edition
 from tools.build import student_edition as se
 from tools.testing import kernel_forks, train_once
-from tools.testing.device_cells import GPU_CELL
+from tools.testing.device_cells import FIGURES_CELL, GPU_CELL
 
 pytestmark = [pytest.mark.build, pytest.mark.kernels]
 
@@ -97,6 +99,8 @@ def injected(
     first = []
     # the GPU, else the fake one (see the module's docstring): the kernel decides
     first.append(nbformat.v4.new_code_cell(GPU_CELL.format(root=str(ROOT)), id="gpu"))
+    # figures drawn, not encoded as images (tools/testing/device_cells.py)
+    first.append(nbformat.v4.new_code_cell(FIGURES_CELL, id="figures"))
     if records is not None:
         reuse = train_once.REUSE_CELL.format(
             root=str(ROOT),

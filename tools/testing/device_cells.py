@@ -27,3 +27,22 @@ if not _torch.cuda.is_available():
     _fake_cuda_on = _fake_cuda()
     _fake_cuda_on.__enter__()
 """
+
+FIGURES_CELL = """\
+# injected: each figure is drawn where the site shows it (plt.show(), the end of a
+# cell), so every artist reads its data, but not encoded as an image: nothing keeps
+# this run's outputs
+import matplotlib as _mpl
+_mpl.use("agg")
+import matplotlib.pyplot as _plt
+
+
+def _draw_and_close(*_args, **_kwargs):
+    for _number in _plt.get_fignums():
+        _plt.figure(_number).canvas.draw()
+    _plt.close("all")
+
+
+_plt.show = _draw_and_close
+get_ipython().events.register("post_execute", _draw_and_close)
+"""
