@@ -46,6 +46,35 @@ def test_quadratic_bias_shows_in_the_memory_and_the_fused_path_does_not():
     assert peaks["alibi", True, 256] / peaks["alibi", True, 128] > 3.0  # quadratic
 
 
+def test_the_watch_sees_the_tensors_pytree_sees_in_every_call():
+    """``tensor_memory`` walks each ATen call's arguments and result with its own
+    flattener: in every call of a forward and backward pass over the encodings with
+    the most varied calls, it finds the tensors torch's ``tree_leaves`` finds."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    from posenc_lib.measure import _tensors
+
+    calls = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for found in ((args, kwargs), out):
+                mine = [id(t) for t in _tensors(found)]
+                theirs = [id(t) for t in tree_leaves(found) if torch.is_tensor(t)]
+                calls.append(mine == theirs)
+            return out
+
+    for name in ("wall", "cope", "stick_breaking", "path", "t5"):
+        pe = pl.make_encoding(name, d_model=16, n_heads=2, max_len=64)
+        q, k, v = (torch.randn(1, 2, 40, 8, requires_grad=True) for _ in range(3))
+        x = torch.randn(1, 40, 16)
+        with Record():
+            pl.attention(q, k, v, pe, causal=True, x=x).sum().backward()
+    assert len(calls) > 1000 and all(calls), calls.count(False)
+
+
 def test_best_time_is_positive_and_arguments_are_checked():
     assert pl.best_time(lambda: torch.ones(10).sum(), repeats=2) > 0
     with pytest.raises(TypeError, match="fn must be callable"):
