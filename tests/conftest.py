@@ -37,3 +37,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("build"):
             item.add_marker(skip)
+
+
+def pytest_deselected(items):
+    """Keep the tests this session deselected (by -m) on its config:
+    tests/test_schedule.py checks that each browser test among them is in a file the
+    browser stages collect."""
+    for item in items:
+        kept = getattr(item.config, "posenc_deselected", [])
+        item.config.posenc_deselected = [*kept, item]

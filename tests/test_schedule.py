@@ -121,3 +121,17 @@ def test_a_run_that_rewrites_a_tracked_file_fails_naming_it(tmp_path):
         assert got == code, said
     assert "rewrote 1 tracked file(s): index.md" in said[-1]
     assert "tools.build.generated" in said[-1]  # and what to run
+
+
+def test_every_browser_test_is_in_a_file_the_browser_stages_collect(request):
+    """The browser stages collect only ``browser_test_files()``; every test marked
+    ``browser`` that this session deselected (the unit stage deselects them all:
+    tests/conftest.py keeps them) is in one of them."""
+    files = set(schedule.browser_test_files())
+    marked = {
+        item.path.relative_to(schedule.ROOT).as_posix()
+        for item in getattr(request.config, "posenc_deselected", [])
+        if item.get_closest_marker("browser") or item.get_closest_marker("pdf")
+    }
+    assert marked <= files, marked - files
+    assert "tests/test_site.py" in files and "tests/test_schedule.py" not in files

@@ -219,6 +219,19 @@ def student_stage(
 
 
 BROWSER = ("-q", "-rs", "--durations=10")
+# A browser test is marked ``browser`` (and ``pdf``) in its own file: the browser stages
+# collect only those files (collecting the whole of tests/ costs each process, and each
+# xdist worker, 10 s); tests/test_schedule.py holds every marked test to the list.
+BROWSER_MARK = re.compile(r"\bmark\.(browser|pdf)\b")
+
+
+def browser_test_files() -> list[str]:
+    """The test files that mark browser tests, relative to the root."""
+    return [
+        path.relative_to(ROOT).as_posix()
+        for path in sorted((ROOT / "tests").glob("test_*.py"))
+        if BROWSER_MARK.search(path.read_text())
+    ]
 
 
 def unit_tests() -> list[str]:
@@ -290,8 +303,7 @@ def whole_command(
             "browser:rest",
             pytest(
                 *BROWSER,
-                "tests",
-                "--ignore=tests/test_site.py",
+                *[f for f in browser_test_files() if f != "tests/test_site.py"],
                 "-m",
                 "browser and not pdf",
             ),  # fmt: skip
@@ -301,7 +313,7 @@ def whole_command(
         Stage(
             "browser-pdf",  # the PDF the site serves (after the other browser tests:
             # its link check adds a probe page to the site for a moment)
-            pytest(*BROWSER, "tests", "-m", "browser and pdf"),
+            pytest(*BROWSER, *browser_test_files(), "-m", "browser and pdf"),
             needs=["pdf"],
             after=["browser:pages", "browser:rest"],
         ),
