@@ -5,6 +5,7 @@ what needs it and nothing else; the stage times are logged for the next run."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -135,3 +136,34 @@ def test_every_browser_test_is_in_a_file_the_browser_stages_collect(request):
     }
     assert marked <= files, marked - files
     assert "tests/test_site.py" in files and "tests/test_schedule.py" not in files
+
+
+def test_the_pace_is_the_median_ratio_of_the_chapters_both_runs_timed():
+    """The machine's pace against the committed run: the median of the chapters'
+    ratios, so one changed chapter does not move it; stages and chapters only one
+    run timed are left out."""
+    reference = {"nbval:book/a": 10.0, "nbval:book/b": 20.0, "nbval:book/c": 5.0,
+                 "nbval:book/gone": 3.0, "unit": 100.0}  # fmt: skip
+    here = {"nbval:book/a": 12.0, "nbval:book/b": 24.0, "nbval:book/c": 50.0,
+            "nbval:book/new": 9.0, "unit": 300.0}  # fmt: skip
+    assert schedule.pace(here, reference) == (pytest.approx(1.2), 3)
+    del here["nbval:book/c"]
+    assert schedule.pace(here, reference) == (pytest.approx(1.2), 2)
+    speed, count = schedule.pace({"unit": 1.0}, reference)
+    assert count == 0 and math.isnan(speed)
+
+
+def test_the_report_gives_the_pace_against_the_committed_run(tmp_path, monkeypatch):
+    committed = tmp_path / "committed.json"
+    committed.write_text(
+        json.dumps({"date": "then", "expected": {"nbval:book/a": 1.0}})
+    )
+    monkeypatch.setattr(schedule, "COMMITTED", committed)
+    monkeypatch.setattr(schedule, "ROOT", tmp_path)
+    monkeypatch.setattr(schedule, "chapter_times", lambda *a: {"nbval:book/a": 1.5})
+    plan = [schedule.Stage("nbval:g1", py("pass"))]
+    said = run(tmp_path, plan)
+    assert any(
+        "took 1.50 x" in line and "that run's pace, 1 s" in line for line in said
+    )
+    assert json.loads((tmp_path / "stages.json").read_text())["pace"] == 1.5

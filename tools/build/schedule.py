@@ -19,7 +19,9 @@ fails at the end, naming it: the stages write only under ``_build/``, so a chang
 is a committed generated one that was stale (the site build rewrites those before a test
 could see them). At the end a table of the stages
 (start, seconds, CPU seconds, result) is printed and written to
-``_build/logs/stages.json`` (the next run's expected times) and ``stages.tsv``. On
+``_build/logs/stages.json`` (the next run's expected times) and ``stages.tsv``, with
+the machine's pace against the committed run (``pace``: the same chapters' nbval
+times), which moves a shared machine's total more than most changes do. On
 one core the stages run one after another.
 
 The stages of the whole command and what each proves: tools/README.md.
@@ -31,6 +33,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import pathlib
 import re
@@ -514,6 +517,25 @@ def chapter_times(stages: list[Stage], logs: pathlib.Path) -> dict[str, float]:
     return {k: round(v, 1) for k, v in out.items()}
 
 
+def pace(times: dict[str, float], reference: dict[str, float]) -> tuple[float, int]:
+    """How fast the machine ran against a reference run: the median, over the chapters
+    both timed, of a chapter's nbval seconds here over its seconds there (the same
+    work, unless the chapter changed: the median lets a few changed chapters pass),
+    and how many chapters it is the median of; ``(nan, 0)`` without any."""
+    ratios = sorted(
+        times[key] / reference[key]
+        for key in times
+        if key.startswith("nbval:book/") and reference.get(key, 0) > 0
+    )
+    if not ratios:
+        return math.nan, 0
+    middle = len(ratios) // 2
+    median = (
+        ratios[middle] if len(ratios) % 2 else sum(ratios[middle - 1 : middle + 1]) / 2
+    )
+    return median, len(ratios)
+
+
 def report(stages: list[Stage], jobs: int, wall: float, logs: pathlib.Path, echo):
     def fmt(value):
         return "-" if value is None else f"{value:.0f}"
@@ -532,6 +554,19 @@ def report(stages: list[Stage], jobs: int, wall: float, logs: pathlib.Path, echo
     echo(f"   {'all':<{width}}  {'':>5}  {wall:>7.0f}  (load average now: {load})")
     times = {s.name: round(s.seconds, 1) for s in stages if s.status == "passed"}
     times = {**times, **chapter_times(stages, logs)}
+    # the machine's pace against the committed run (the same chapters' nbval cells):
+    # on a shared machine it moves the total by more than most changes do
+    try:
+        committed = json.loads(COMMITTED.read_text())
+        speed, count = pace(times, committed["expected"])
+    except (OSError, ValueError, KeyError):
+        committed, speed, count = {}, math.nan, 0
+    if count:
+        echo(
+            f"   pace: the chapters' nbval cells took {speed:.2f} x their time in the"
+            f" committed run ({COMMITTED.relative_to(ROOT)}, {committed.get('date')};"
+            f" median of {count} chapters): at that run's pace, {wall / speed:.0f} s"
+        )
     rows = [
         {
             "stage": s.name,
@@ -550,6 +585,7 @@ def report(stages: list[Stage], jobs: int, wall: float, logs: pathlib.Path, echo
         "cores": os.cpu_count(),
         "load": [round(x, 2) for x in os.getloadavg()],
         "seconds": round(wall, 1),
+        "pace": round(speed, 3) if count else None,  # see above
         "stages": rows,
         # what the next run schedules by (a stage that did not pass keeps the time
         # of the run before)
