@@ -120,7 +120,7 @@ def test_a_run_that_rewrites_a_tracked_file_fails_naming_it(tmp_path):
         said = run(tmp_path, plan)
         got = schedule.verdict(plan, before, 0.0, tmp_path, said.append, root=repo)
         assert got == code, said
-    assert "rewrote 1 tracked file(s): index.md" in said[-1]
+    assert "1 tracked file(s) changed during the run: index.md" in said[-1]
     assert "tools.build.generated" in said[-1]  # and what to run
 
 

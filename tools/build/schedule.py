@@ -694,9 +694,10 @@ def verdict(stages, tracked, start, logs, echo, root: pathlib.Path = ROOT) -> in
     changed = rewritten(tracked, tracked_files(root))
     if changed:
         echo(
-            f"!! the run rewrote {len(changed)} tracked file(s): {', '.join(changed)}:"
-            " a committed generated file was stale (run .venv/bin/python -m"
-            " tools.build.generated and commit what it writes)"
+            f"!! {len(changed)} tracked file(s) changed during the run:"
+            f" {', '.join(changed)}. The stages write only under _build/: a committed"
+            " generated file was stale (run .venv/bin/python -m tools.build.generated"
+            " and commit what it writes), or a file was edited meanwhile"
         )
         return 1
     echo(f"== all tests passed in {time.time() - start:.0f} s")
