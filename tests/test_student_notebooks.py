@@ -27,10 +27,10 @@ Two things it no longer repeats (issue 44), each proven elsewhere once:
 Its kernels are the ``POSENC_KERNEL`` the test command names (``posenc-forked``:
 fresh kernels forked from a warm process, tools/testing/kernel_forks.py), else
 ``python3``. A figure is drawn where the site shows it but not encoded as an image
-(its outputs are not kept): 0.3 s less per figure. The test process itself imports no
-torch (marked ``kernels``): the
-kernel decides between the GPU and the fake one, and the checks' stubs come from
-``_build/check_stubs.json`` while the library is unchanged
+(its outputs are not kept): 0.3 s less per figure, and a figure of GPU tensors fails
+its cell (tests/test_device_cells.py). The test process itself imports no torch
+(marked ``kernels``): the kernel decides between the GPU and the fake one, and the
+checks' stubs come from ``_build/check_stubs.json`` while the library is unchanged
 (``student_edition.check_stubs``), 3.4 s less per student stage.
 """
 

@@ -316,8 +316,9 @@ def fake_cuda():
 
 
 # The first cell a notebook runs to execute on the fake device (a kernel keeps it on
-# until it stops): tests/test_student_notebooks.py and main() below inject it.
-KERNEL_CELL = FAKE_CUDA_CELL  # the first cell of a notebook run on this device
+# until it stops): main() below injects it; tests/test_student_notebooks.py injects
+# device_cells.GPU_CELL, which enters it where the kernel has no CUDA.
+KERNEL_CELL = FAKE_CUDA_CELL
 
 
 def main(argv: list[str]) -> int:
