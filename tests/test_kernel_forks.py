@@ -110,12 +110,22 @@ def forked_kernel():
         km.shutdown_kernel(now=True)
 
 
+def reply_to(kc, msg_id: str, timeout: float) -> dict:
+    """The shell channel's reply to ``msg_id``, past any other (a late reply to one of
+    ``wait_for_ready``'s kernel_info requests, on a busy machine)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reply = kc.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply
+
+
 def test_an_interrupt_reaches_a_forked_kernel_and_it_goes_on(forked):
     with forked_kernel() as (km, kc):
         msg = kc.execute("import time; time.sleep(60)")
         time.sleep(1.0)
         km.interrupt_kernel()
-        reply = kc.get_shell_msg(timeout=20)
+        reply = reply_to(kc, msg, timeout=20)
         assert reply["parent_header"]["msg_id"] == msg
         assert reply["content"]["ename"] == "KeyboardInterrupt"
         for _ in range(20):  # ipykernel aborts what arrives just after an error
