@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
-import hashlib
 import json
 import os
 import pathlib
@@ -143,18 +142,10 @@ def solution_code(nb: dict) -> dict[str, str]:
     return out
 
 
-# The checks' stubs (label -> code), kept under the library's sources' digest: reading
+# The checks' stubs (label -> code), kept under the library's hash (site.py): reading
 # them imports every check module and torch (3.3 s of CPU), once per process that
 # writes a student notebook (each of the test command's student stages) otherwise.
 STUBS = ROOT / "_build" / "check_stubs.json"
-
-
-def _library_digest() -> str:
-    digest = hashlib.sha256()
-    for path in sorted((ROOT / "posenc_lib").rglob("*.py")):
-        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
-    return digest.hexdigest()
 
 
 @functools.cache
@@ -162,7 +153,9 @@ def check_stubs() -> dict[str, str]:
     """Each registered check's stub (``posenc_lib.exercises``), from ``STUBS`` when it
     was written from these very library sources, else read from the checks (and
     written there for the next process)."""
-    key = _library_digest()
+    from tools.build.site import library_hash  # (site imports this module)
+
+    key = library_hash()
     try:
         kept = json.loads(STUBS.read_text())
         if kept["library"] == key:
