@@ -196,3 +196,49 @@ def test_the_page_preview_forgives_only_the_glue_of_the_pages_it_did_not_run():
     problems = pages.unforgiven(log, {"book/part3/new"})
     assert len(problems) == 2 and all("book/part3/new" in p for p in problems)
     assert pages.unforgiven(log.splitlines()[0], {"book/part3/new"}) == []
+    # the same log, written by a build that read its pages from DIR/src
+    src = pathlib.Path("/tmp/p/src")
+    moved = log.replace(root, src.as_posix())
+    expected = [p.replace(root, src.as_posix()) for p in problems]
+    assert pages.unforgiven(moved, {"book/part3/new"}, src) == expected
+
+
+def test_the_page_preview_renders_the_pages_it_needs_and_stubs_the_rest(tmp_path):
+    """The preview reads the given pages, the root and the pages they link to; every
+    other page of the table of contents is a stub with its title only, in its own
+    format (a notebook stays a notebook, so links naming ``.ipynb`` resolve and the
+    numbering is the site's)."""
+    import json
+
+    from tools import toc
+    from tools.build import pages
+
+    entry = "book/part6/toolkit"
+    links = pages.linked(pages.ROOT / f"{entry}.ipynb")
+    assert "book/part1/sinusoidal" in links and "book/part3/rope" in links
+    assert all((pages.ROOT / f"{e}.ipynb").exists() or (pages.ROOT / f"{e}.md")
+               .exists() for e in links)  # fmt: skip
+    page = tmp_path / "a" / "page.md"
+    page.parent.mkdir()
+    (tmp_path / "b.ipynb").write_text("{}")
+    page.write_text("[x](../b.ipynb#sec) [y](https://e.org/c.md) [z](#here) [w](no.md)")
+    assert pages.linked(page) == set()  # outside the repository, or missing
+    contents = toc.load()
+    every = contents.entries()
+    rendered = {contents.root, entry, *links}
+    src = tmp_path / "src"
+    pages.source_tree(src, rendered, every)
+    for e in every:
+        path = contents.path(e)
+        copy = src / path.relative_to(pages.ROOT)
+        if e in rendered:
+            assert copy.is_symlink() and copy.resolve() == path.resolve(), e
+            continue
+        assert not copy.is_symlink(), e
+        title = pages.HEADING.search(pages.markdown_of(path)).group(1)
+        if path.suffix == ".ipynb":
+            cells = json.loads(copy.read_text())["cells"]
+            assert [c["cell_type"] for c in cells] == ["markdown"], e
+        assert pages.markdown_of(copy).startswith(f"# {title}\n"), e
+    assert (src / "posenc_lib").resolve() == pages.ROOT / "posenc_lib"
+    assert not (src / "_toc.yml").exists()  # the preview writes its own

@@ -3,12 +3,20 @@ for authors.
 
     python -m tools.build.pages book/part0/self_attention.ipynb [more pages] [--out DIR]
 
-Builds the whole table of contents, plus the given pages if they are not in it yet (a
-"Preview" part), but executes only the given pages: the others are rendered without
-running, so links between chapters resolve and the build stays strict (any warning or
-failing cell is an error). Output goes to ``DIR`` (default ``_build/pages``) with its
-own execution cache, so several authors can preview different chapters at once without
-touching the full site in ``_build/html``. Open ``DIR/_build/html/index.html``.
+Renders the given pages, executed, and without executing them the pages they link
+to, the root page and the bibliography (where ``{cite}`` roles resolve); the given
+pages that are not in the table of contents yet join it in a "Preview" part. Every
+other page of ``_toc.yml`` keeps its place, and so its number, as a stub: a page with
+its title only. So links from the given pages resolve, chapter and exercise numbers
+are the site's, and the build reads a few pages instead of the whole book (the site
+build, ``make site`` or the test command's build stage, renders every page; it alone
+has the API reference, so the preview's mentions of library names are not linked to
+it). The build is strict (any warning or failing cell is an error). It reads its
+pages from ``DIR/src``, a tree of links to the repository's files with the stubs in
+place of the pages it does not render. Output goes to ``DIR`` (default
+``_build/pages``) with its own execution cache, so several authors can preview
+different chapters at once without touching the full site in ``_build/html``. Open
+``DIR/_build/html/index.html``.
 
 One kind of warning is expected and forgiven: a page that is not executed has no glued
 values, so each of its ``{glue}`` roles warns "No key ... found in glue data". Sphinx
@@ -22,9 +30,11 @@ execution cache (``DIR/.jupyter_cache``) keeps each executed page's run time:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -36,9 +46,82 @@ NO_GLUE = re.compile(r"WARNING: No key '[^']*' found in glue data")
 COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def unforgiven(log: str, executed: set[str]) -> list[str]:
+# a Markdown link to another page of the book: [text](../part2/shaw.ipynb#section)
+PAGE_LINK = re.compile(r"\]\((?![a-z]+:|#)([^)\s#]+\.(?:ipynb|md))(?:#[^)\s]*)?\)")
+HEADING = re.compile(r"^#\s+(.+?)\s*$", re.M)
+KEEP_OUT = {"_build", "_toc.yml", "_config.yml", "book"}  # DIR/src makes its own
+
+
+def markdown_of(path: pathlib.Path) -> str:
+    """The Markdown of a page: a notebook's Markdown cells, or the page's text."""
+    if path.suffix != ".ipynb":
+        return path.read_text()
+    cells = json.loads(path.read_text())["cells"]
+    return "\n\n".join(
+        "".join(c["source"]) for c in cells if c["cell_type"] == "markdown"
+    )
+
+
+def linked(path: pathlib.Path) -> set[str]:
+    """The entries of the pages that ``path`` links to (relative Markdown links)."""
+    out = set()
+    for target in PAGE_LINK.findall(markdown_of(path)):
+        page = (path.parent / target).resolve()
+        if page.is_relative_to(ROOT) and page.exists():
+            out.add(page.relative_to(ROOT).with_suffix("").as_posix())
+    return out
+
+
+def bibliographies(contents: toc.Toc) -> set[str]:
+    """The pages that hold a ``{bibliography}`` directive."""
+    return {
+        e for e in contents.entries()
+        if "{bibliography}" in markdown_of(contents.path(e))
+    }  # fmt: skip
+
+
+def stub(path: pathlib.Path) -> str:
+    """A page with the title of ``path`` only, in the same format (a notebook stays a
+    notebook: links name the file with its suffix)."""
+    found = HEADING.search(markdown_of(path))
+    text = f"# {found.group(1) if found else path.stem}\n\nNot in this preview.\n"
+    if path.suffix != ".ipynb":
+        return text
+    cell = {"cell_type": "markdown", "id": "stub", "metadata": {}, "source": text}
+    return json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4,
+                       "nbformat_minor": 5})  # fmt: skip
+
+
+def source_tree(src: pathlib.Path, rendered: set[str], pages: list[str]) -> None:
+    """``src``: links to the repository's files, each page of ``pages`` (entries) a
+    link if it is ``rendered``, else its stub."""
+    if src.exists():
+        shutil.rmtree(src)
+    src.mkdir(parents=True)
+    for item in ROOT.iterdir():  # (not a folder that holds src: no loop)
+        hidden = item.name in KEEP_OUT or item.name.startswith(".")
+        if not hidden and not src.resolve().is_relative_to(item.resolve()):
+            (src / item.name).symlink_to(item)
+    (src / "_build").mkdir()  # html_extra_path: the student edition, the PDF
+    (src / "_build" / "extra").symlink_to(ROOT / "_build" / "extra")
+    contents = toc.load()
+    files = {contents.path(entry): entry for entry in pages}
+    for path in sorted((ROOT / "book").rglob("*")):
+        if path.is_dir() or {"_build", ".ipynb_checkpoints"} & set(path.parts):
+            continue
+        target = src / path.relative_to(ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        entry = files.get(path)
+        if entry is None or entry in rendered:
+            target.symlink_to(path)
+        else:
+            target.write_text(stub(path))
+
+
+def unforgiven(log: str, executed: set[str], src: pathlib.Path = ROOT) -> list[str]:
     """The warnings and errors of a build log, less the missing glued values of the
-    pages that were not executed (``executed``: the executed pages' entries)."""
+    pages that were not executed (``executed``: the executed pages' entries; ``src``:
+    the folder the build read them from)."""
     out = []
     for line in COLOUR.sub("", log).splitlines():
         m = WARNING.match(line)
@@ -46,7 +129,9 @@ def unforgiven(log: str, executed: set[str]) -> list[str]:
             continue
         page = m.group("file") or ""
         page = pathlib.Path(page).with_suffix("").as_posix() if page else ""
-        page = page.removeprefix(ROOT.as_posix() + "/")
+        page = page.removeprefix(src.as_posix() + "/").removeprefix(
+            ROOT.as_posix() + "/"
+        )
         if NO_GLUE.search(line) and page not in executed:
             continue
         out.append(line)
@@ -80,6 +165,16 @@ def main() -> int:
         entries.append(path.relative_to(ROOT).with_suffix("").as_posix())
     toc_text = (ROOT / "_toc.yml").read_text()
     listed = set(toc.entries())
+    contents = toc.load()
+    # the root, the bibliography (where {cite} roles resolve) and the pages the given
+    # ones link to
+    rendered = {contents.root, *entries, *bibliographies(contents)}
+    for entry in entries:
+        rendered |= linked(contents.path(entry))
+    # html_extra_path (the student edition) must exist, or the strict build warns
+    (ROOT / "_build" / "extra").mkdir(parents=True, exist_ok=True)
+    src = out / "src"
+    source_tree(src, rendered, sorted(listed | set(entries)))
     extra = [e for e in entries if e not in listed]
     toc_file = out / "_toc.yml"
     toc_file.write_text(
@@ -111,7 +206,7 @@ def main() -> int:
     cmd = [
         str(pathlib.Path(sys.executable).parent / "jupyter-book"),
         "build",
-        str(ROOT),
+        str(src),
         "--toc",
         str(toc_file),
         "--config",
@@ -121,8 +216,6 @@ def main() -> int:
         "--nitpick",
     ]
     os.environ["POSENC_BOOK_BUILD"] = "1"  # the site's check output (exercises.check)
-    # html_extra_path (the student edition) must exist, or the strict build warns
-    (ROOT / "_build" / "extra").mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         cmd,
         cwd=ROOT,
@@ -136,7 +229,7 @@ def main() -> int:
         sys.stdout.write(line)
         log.append(line)
     status = proc.wait()
-    problems = unforgiven("".join(log), set(entries))
+    problems = unforgiven("".join(log), set(entries), src)
     if problems and status == 0:
         status = 1
     if problems:
