@@ -43,6 +43,6 @@ def pytest_deselected(items):
     """Keep the tests this session deselected (by -m) on its config:
     tests/test_schedule.py checks that each browser test among them is in a file the
     browser stages collect."""
-    for item in items:
-        kept = getattr(item.config, "posenc_deselected", [])
-        item.config.posenc_deselected = [*kept, item]
+    if items:
+        config = items[0].config
+        config.posenc_deselected = [*getattr(config, "posenc_deselected", []), *items]

@@ -227,7 +227,7 @@ def test_the_page_preview_renders_the_pages_it_needs_and_stubs_the_rest(tmp_path
     every = contents.entries()
     rendered = {contents.root, entry, *links}
     src = tmp_path / "src"
-    pages.source_tree(src, rendered, every)
+    pages.source_tree(src, rendered, every, contents)
     for e in every:
         path = contents.path(e)
         copy = src / path.relative_to(pages.ROOT)

@@ -39,6 +39,7 @@ import subprocess
 import sys
 
 from tools import toc
+from tools.build.colab_edition import CHAPTER_LINK, PAGE_LINK  # the book's links
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 WARNING = re.compile(r"^(?:(?P<file>\S+?)(?::\d+)?: )?(?:WARNING|ERROR|CRITICAL)\b")
@@ -46,8 +47,6 @@ NO_GLUE = re.compile(r"WARNING: No key '[^']*' found in glue data")
 COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 
-# a Markdown link to another page of the book: [text](../part2/shaw.ipynb#section)
-PAGE_LINK = re.compile(r"\]\((?![a-z]+:|#)([^)\s#]+\.(?:ipynb|md))(?:#[^)\s]*)?\)")
 HEADING = re.compile(r"^#\s+(.+?)\s*$", re.M)
 KEEP_OUT = {"_build", "_toc.yml", "_config.yml", "book"}  # DIR/src makes its own
 
@@ -64,9 +63,9 @@ def markdown_of(path: pathlib.Path) -> str:
 
 def linked(path: pathlib.Path) -> set[str]:
     """The entries of the pages that ``path`` links to (relative Markdown links)."""
-    out = set()
-    for target in PAGE_LINK.findall(markdown_of(path)):
-        page = (path.parent / target).resolve()
+    out, text = set(), markdown_of(path)
+    for link in [*CHAPTER_LINK.finditer(text), *PAGE_LINK.finditer(text)]:
+        page = (path.parent / link.group("path")).resolve()
         if page.is_relative_to(ROOT) and page.exists():
             out.add(page.relative_to(ROOT).with_suffix("").as_posix())
     return out
@@ -92,9 +91,12 @@ def stub(path: pathlib.Path) -> str:
                        "nbformat_minor": 5})  # fmt: skip
 
 
-def source_tree(src: pathlib.Path, rendered: set[str], pages: list[str]) -> None:
-    """``src``: links to the repository's files, each page of ``pages`` (entries) a
-    link if it is ``rendered``, else its stub."""
+def source_tree(
+    src: pathlib.Path, rendered: set[str], pages: list[str], contents: toc.Toc
+) -> None:
+    """``src``: links to the repository's files, each page of ``pages`` (entries of
+    ``contents``, or pages not in it yet) a link if it is ``rendered``, else its
+    stub."""
     if src.exists():
         shutil.rmtree(src)
     src.mkdir(parents=True)
@@ -104,7 +106,6 @@ def source_tree(src: pathlib.Path, rendered: set[str], pages: list[str]) -> None
             (src / item.name).symlink_to(item)
     (src / "_build").mkdir()  # html_extra_path: the student edition, the PDF
     (src / "_build" / "extra").symlink_to(ROOT / "_build" / "extra")
-    contents = toc.load()
     files = {contents.path(entry): entry for entry in pages}
     for path in sorted((ROOT / "book").rglob("*")):
         if path.is_dir() or {"_build", ".ipynb_checkpoints"} & set(path.parts):
@@ -164,8 +165,8 @@ def main() -> int:
             parser.error(f"no such page: {page}")
         entries.append(path.relative_to(ROOT).with_suffix("").as_posix())
     toc_text = (ROOT / "_toc.yml").read_text()
-    listed = set(toc.entries())
     contents = toc.load()
+    listed = set(contents.entries())
     # the root, the bibliography (where {cite} roles resolve) and the pages the given
     # ones link to
     rendered = {contents.root, *entries, *bibliographies(contents)}
@@ -174,7 +175,7 @@ def main() -> int:
     # html_extra_path (the student edition) must exist, or the strict build warns
     (ROOT / "_build" / "extra").mkdir(parents=True, exist_ok=True)
     src = out / "src"
-    source_tree(src, rendered, sorted(listed | set(entries)))
+    source_tree(src, rendered, sorted(listed | set(entries)), contents)
     extra = [e for e in entries if e not in listed]
     toc_file = out / "_toc.yml"
     toc_file.write_text(

@@ -39,6 +39,7 @@ import pathlib
 import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -522,18 +523,12 @@ def pace(times: dict[str, float], reference: dict[str, float]) -> tuple[float, i
     both timed, of a chapter's nbval seconds here over its seconds there (the same
     work, unless the chapter changed: the median lets a few changed chapters pass),
     and how many chapters it is the median of; ``(nan, 0)`` without any."""
-    ratios = sorted(
+    ratios = [
         times[key] / reference[key]
         for key in times
         if key.startswith("nbval:book/") and reference.get(key, 0) > 0
-    )
-    if not ratios:
-        return math.nan, 0
-    middle = len(ratios) // 2
-    median = (
-        ratios[middle] if len(ratios) % 2 else sum(ratios[middle - 1 : middle + 1]) / 2
-    )
-    return median, len(ratios)
+    ]
+    return (statistics.median(ratios), len(ratios)) if ratios else (math.nan, 0)
 
 
 def report(stages: list[Stage], jobs: int, wall: float, logs: pathlib.Path, echo):
