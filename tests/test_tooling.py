@@ -242,3 +242,26 @@ def test_the_page_preview_renders_the_pages_it_needs_and_stubs_the_rest(tmp_path
         assert pages.markdown_of(copy).startswith(f"# {title}\n"), e
     assert (src / "posenc_lib").resolve() == pages.ROOT / "posenc_lib"
     assert not (src / "_toc.yml").exists()  # the preview writes its own
+
+
+def test_pybtex_finds_a_plugin_without_scanning_the_installed_packages_again():
+    """tools/build/bibtex_plugins.py (a local extension of every build): a style's
+    plugin lookup scans the installed distributions' entry points once per group and
+    name, and a later lookup finds the same class without a scan."""
+    import pybtex.plugin
+
+    from tools.build import bibtex_plugins
+
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert "bibtex_plugins" in config["sphinx"]["local_extensions"]
+    bibtex_plugins.memoise_entry_points()
+    bibtex_plugins.memoise_entry_points()  # twice: still one cache, not a cache of one
+    scan = pybtex.plugin.entry_points
+    assert not hasattr(scan.__wrapped__, "cache_info")
+    first = pybtex.plugin.find_plugin("pybtex.style.formatting", "plain")
+    misses = scan.cache_info().misses
+    again = pybtex.plugin.find_plugin("pybtex.style.formatting", "plain")
+    assert again is first and first.__name__ == "Style"
+    assert scan.cache_info().misses == misses  # found without a second scan
+    labels = pybtex.plugin.find_plugin("pybtex.style.labels")  # the default plugin
+    assert labels is not first
