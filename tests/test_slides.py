@@ -320,6 +320,40 @@ def test_sentences_never_cut_a_formula():
     assert slides.sentences(para) == ["As Vaswani et al. (2017) do.", para[29:]]
 
 
+def test_a_figure_reaches_the_deck_as_its_markdown_image_would():
+    """``slides.export`` hands the Markdown parser a short name for each figure's PNG
+    and puts the data back in the ``src`` it wrote: the deck is the page nbconvert
+    makes from the Markdown image itself, byte for byte."""
+    import nbformat
+
+    png = (  # one pixel
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9aw"
+        "AAAABJRU5ErkJggg=="
+    )
+    cells = [
+        {
+            "cell_type": "markdown",
+            "metadata": {"slideshow": {"slide_type": "slide"}},
+            "source": f"### A figure\n\n![a tiny plot](data:image/png;base64,{png})"
+            f"\n\nand a second: ![b](data:image/png;base64,{png[::-1]}=)\n",
+        }
+    ]
+    nb = {
+        "cells": cells,
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    held = slides.export(nb)
+    exporter = slides._exporter.__wrapped__()  # a fresh one, as before the change
+    node = nbformat.from_dict(nb)
+    node.cells[0].setdefault("id", "c0")
+    plain, _ = exporter.from_notebook_node(node, resources={"metadata": {"name": ""}})
+    assert held == plain
+    assert held.count(f'src="data:image/png;base64,{png}"') == 1
+    assert "posenc-figure" not in held
+
+
 @pytest.fixture(scope="module")
 def decks(tmp_path_factory):
     """Every session's slide notebook, made without executed notebooks."""

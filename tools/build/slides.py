@@ -73,6 +73,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import functools
 import json
 import pathlib
 import re
@@ -927,12 +928,18 @@ def deck_notebook(session: Session, executed, bib, allow_missing) -> tuple[dict,
     return nb, stats
 
 
-def export(nb: dict) -> str:
-    """The reveal.js deck of a slide notebook (nbconvert's SlidesExporter)."""
-    import nbformat
+# A figure of a slide notebook: a Markdown image whose link is the PNG itself
+FIGURE_LINK = re.compile(r"\]\((data:image/png;base64,[A-Za-z0-9+/=]*)\)")
+HELD = "posenc-figure-{}"  # what the exporter's Markdown parser reads in its place
+
+
+@functools.cache
+def _exporter():
+    """nbconvert's SlidesExporter with the deck's template: made once (it compiles
+    its templates on first use), shared by every deck."""
     from nbconvert import SlidesExporter
 
-    exporter = SlidesExporter(
+    return SlidesExporter(
         template_file="posenc_deck.html.j2",
         extra_template_basedirs=[str(TEMPLATE.parent)],
         extra_template_paths=[str(TEMPLATE)],
@@ -944,10 +951,34 @@ def export(nb: dict) -> str:
         reveal_height="800",
         exclude_input_prompt=True,
     )
+
+
+def export(nb: dict) -> str:
+    """The reveal.js deck of a slide notebook (nbconvert's SlidesExporter).
+
+    Each figure's PNG reaches the page as the data its Markdown image links to; the
+    Markdown parser (mistune) reads a link character by character, 16 ms for one of
+    these, so it reads a short name in its place (``HELD``) and the data is put back
+    in the ``src`` it wrote: the same page (tests/test_slides.py)."""
+    import nbformat
+
+    figures: list[str] = []
+
+    def hold(match: re.Match) -> str:
+        figures.append(match.group(1))
+        return "](" + HELD.format(len(figures) - 1) + ")"
+
     node = nbformat.from_dict(nb)
     for k, cell in enumerate(node.cells):
         cell.setdefault("id", f"c{k}")
-    body, _ = exporter.from_notebook_node(node, resources={"metadata": {"name": ""}})
+        if cell.cell_type == "markdown":
+            cell.source = FIGURE_LINK.sub(hold, cell.source)
+    body, _ = _exporter().from_notebook_node(node, resources={"metadata": {"name": ""}})
+    for k, data in enumerate(figures):
+        held = f'src="{HELD.format(k)}"'
+        if body.count(held) != 1:
+            raise RuntimeError(f"slides: figure {k} of the deck was not drawn once")
+        body = body.replace(held, f'src="{data}"')
     return body
 
 
