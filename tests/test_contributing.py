@@ -307,8 +307,14 @@ CONTRACT_ENTRY = '''    def query_bias(self, q, k, q_pos, k_pos):
 
     def causal_attention('''
 
+# a user's encoding that states its bias through the new hook, as a test module of the
+# copy: it runs in the pytest process of the copy's tests/test_fast_forms.py (one
+# start of torch and the library for both)
 USE_IT = """
-import torch, posenc_lib as pl
+import torch
+
+import posenc_lib as pl
+
 
 class QueryBias(pl.PositionalEncoding):
     def score_bias(self, q, k, q_pos, k_pos):
@@ -317,19 +323,21 @@ class QueryBias(pl.PositionalEncoding):
     def query_bias(self, q, k, q_pos, k_pos):
         return (q_pos * 0.5).to(q.dtype)[:, None, :]
 
-pe = QueryBias()
-assert pl.explain_path(pe).form == "query_bias", pl.explain_path(pe)
-assert pl.explain_path(pe, causal=False).form == "query_bias"
-mha = pl.MultiHeadAttention(16, 2, pe).double()
-x = torch.randn(2, 9, 16, dtype=torch.float64, requires_grad=True)
-grads = []
-for path in ("fused", "reference"):
-    x.grad = None
-    out = mha(x, causal=True, path=path)
-    out.square().sum().backward()
-    grads.append((out, x.grad.clone()))
-for fast, slow in zip(*grads):
-    torch.testing.assert_close(fast, slow)
+
+def test_it_runs_and_equals_the_reference():
+    pe = QueryBias()
+    assert pl.explain_path(pe).form == "query_bias", pl.explain_path(pe)
+    assert pl.explain_path(pe, causal=False).form == "query_bias"
+    mha = pl.MultiHeadAttention(16, 2, pe).double()
+    x = torch.randn(2, 9, 16, dtype=torch.float64, requires_grad=True)
+    grads = []
+    for path in ("fused", "reference"):
+        x.grad = None
+        out = mha(x, causal=True, path=path)
+        out.square().sum().backward()
+        grads.append((out, x.grad.clone()))
+    for fast, slow in zip(*grads):
+        torch.testing.assert_close(fast, slow)
 """
 
 
@@ -372,13 +380,15 @@ def test_the_fast_form_recipe_end_to_end(tmp_path):
     for path in ("posenc_lib/backends/<form>.py", "posenc_lib/backends/forms.py",
                  "posenc_lib/base.py"):  # fmt: skip
         assert f"`{path}`" in recipe_text, f"the recipe does not name {path}"
+    (repo / "tests" / "test_query_bias_form.py").write_text(USE_IT)
     env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
-    for command in (
-        [sys.executable, "-c", USE_IT],
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-         "no:randomly", "tests/test_fast_forms.py"],
-    ):  # fmt: skip
-        done = subprocess.run(
-            command, cwd=repo, env=env, capture_output=True, text=True
-        )
-        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p",
+         "no:randomly", "tests/test_query_bias_form.py", "tests/test_fast_forms.py"],
+        cwd=repo, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert (
+        "test_query_bias_form.py::test_it_runs_and_equals_the_reference PASSED"
+        in done.stdout
+    )
