@@ -62,7 +62,6 @@ from ...data import MarkovSource, stdlib_corpus
 from ...encodings.rope import Rotary
 from ...encodings.rope_scaling import rope_inv_freq
 from ...model import TinyTransformer
-from ..plotting import color_for
 from ...registry import REGISTRY, make_encoding
 from ...train import train
 from ...utils import check_head_split, check_positive_int, get_device, seed_everything
@@ -888,6 +887,10 @@ def plot_lab(
     """Loss vs evaluation length (mean over seeds): ``loss_in`` at L, then
     ``loss_past`` beyond."""
     import matplotlib.pyplot as plt
+
+    # here, not at the top: a process of the command line that draws no plot (a
+    # stopped run, a rank past the first) imports no plotting library
+    from ..plotting import color_for
 
     ax = ax or plt.gca()
     L = results[0].train_len
