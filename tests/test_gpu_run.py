@@ -4,6 +4,7 @@ the collection of a run's results (tools/build/test_gpu.sh)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import pathlib
@@ -125,7 +126,7 @@ def test_collect_refuses_a_rehearsal_on_the_fake_device(tmp_path, monkeypatch):
 
 
 def test_the_attention_benchmark_is_bounded_and_writes_row_by_row(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, request
 ):
     """The GPU run's bounds, at tiny sizes: FlexAttention capped at no compile,
     then no measurement past the deadline; every row it did not run says why, the
@@ -133,6 +134,11 @@ def test_the_attention_benchmark_is_bounded_and_writes_row_by_row(
     from tools.measure import bench_attention
 
     monkeypatch.setenv(bench_attention.MMAP_VAR, "65536")  # no re-exec in a test
+    # each memory measurement starts with gc.collect(): let it walk the benchmark's
+    # own objects, not every object of this test process (0.4 s a walk late in the
+    # unit stage, 16 of them)
+    gc.freeze()
+    request.addfinalizer(gc.unfreeze)
     out = tmp_path / "attention_cpu.csv"
     argv = ["--n", "16", "32", "--names", "alibi", "--paths", "fused", "flex",
             "--repeats", "2", "--out", str(out)]  # fmt: skip
