@@ -24,7 +24,6 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 import venv
@@ -120,30 +119,6 @@ def colab_like_environment(path: pathlib.Path) -> pathlib.Path:
     return python
 
 
-def the_course_as_a_wheel(tmp_path: pathlib.Path) -> pathlib.Path:
-    """``posenc_lib`` built from this checkout's tracked files (what the Colab cell's
-    ``git+`` URL installs)."""
-    source = tmp_path / "source"
-    tracked = subprocess.run(
-        ["git", "ls-files", "-z", "pyproject.toml", "README.md", "posenc_lib"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, tracked.split("\0")):
-        if (ROOT / name).is_file():
-            (source / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, source / name)
-    wheels = tmp_path / "wheels"
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels),
-         str(source)],
-        capture_output=True, text=True, cwd=tmp_path,
-    )  # fmt: skip
-    assert built.returncode == 0, built.stderr[-3000:]
-    return next(wheels.glob("posenc_lib-*.whl"))
-
-
 def test_the_freeze_is_colabs_and_names_its_source():
     text = FREEZE.read_text()
     assert "googlecolab/backend-info" in text and re.search(
@@ -155,7 +130,7 @@ def test_the_freeze_is_colabs_and_names_its_source():
     assert packages["torch"][1] == "2.11.0"  # from the wheel's URL
 
 
-def test_the_colab_install_changes_no_package_colab_pins(tmp_path):
+def test_the_colab_install_changes_no_package_colab_pins(tmp_path, library_wheel):
     probe = pip("index", "versions", "ipython", cwd=tmp_path)
     if probe.returncode != 0:
         last = (probe.stderr or probe.stdout).strip().splitlines()[-1:] or ["?"]
@@ -165,7 +140,7 @@ def test_the_colab_install_changes_no_package_colab_pins(tmp_path):
         )
     colab = colab_packages()
     python = colab_like_environment(tmp_path / "colab")
-    wheel = the_course_as_a_wheel(tmp_path)
+    wheel = library_wheel  # built by pip from this checkout (tests/conftest.py)
     report = tmp_path / "report.json"
     # what the Colab cell installs: posenc_lib with the extras its URL names
     from tools.authoring.colab_cell import canonical_source

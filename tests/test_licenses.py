@@ -14,8 +14,6 @@ teacher or a library user meets it, and how to cite it and report a problem.
 from __future__ import annotations
 
 import pathlib
-import subprocess
-import sys
 import zipfile
 
 import yaml
@@ -106,32 +104,8 @@ def test_every_editions_readme_says_both_licenses(tmp_path):
         assert colab_edition.site_url() in text, edition  # whom to credit
 
 
-def test_the_librarys_wheel_ships_the_license(tmp_path):
-    source = tmp_path / "source"
-    tracked = subprocess.run(
-        [
-            "git",
-            "ls-files",
-            "-z",
-            "pyproject.toml",
-            "README.md",
-            "LICENSE",
-            "posenc_lib",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, tracked.split("\0")):
-        (source / name).parent.mkdir(parents=True, exist_ok=True)
-        (source / name).write_bytes((ROOT / name).read_bytes())
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
-         str(tmp_path), str(source)],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    (wheel,) = tmp_path.glob("posenc_lib-*.whl")
+def test_the_librarys_wheel_ships_the_license(library_wheel):
+    wheel = library_wheel  # built by pip from the tracked files (tests/conftest.py)
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         meta = archive.read(next(n for n in names if n.endswith("/METADATA")))
