@@ -27,6 +27,7 @@ Each call reads the file as it is now (it is small), so a tool that edits
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 import sys
 
@@ -128,6 +129,13 @@ def _entries(items: list, where: str, nested: bool) -> list[str]:
 
 def parse(text: str, base: pathlib.Path = ROOT) -> Toc:
     """The table of contents in ``text`` (the contents of a ``_toc.yml``)."""
+    return _parse(text, pathlib.Path(base))
+
+
+@functools.lru_cache(maxsize=8)
+def _parse(text: str, base: pathlib.Path) -> Toc:
+    # kept for the same text and folder (a Toc is immutable): the tools and tests
+    # ask for the table hundreds of times a run, 35 ms of YAML each
     data = yaml.safe_load(text)
     if not isinstance(data, dict) or "root" not in data:
         raise TocError("_toc.yml has no root: page")
