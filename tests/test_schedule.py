@@ -153,6 +153,41 @@ def test_the_pace_is_the_median_ratio_of_the_chapters_both_runs_timed():
     assert count == 0 and math.isnan(speed)
 
 
+def test_the_other_stages_have_a_pace_of_their_own():
+    """The rest of the command (unit, build, pdf, ...) against the committed run: the
+    median of its stages' ratios; the groups of chapters are not among them (their
+    members change), nor a stage only one run timed."""
+    reference = {"unit": 100.0, "pdf": 200.0, "build": 50.0, "nbval:g1": 10.0,
+                 "student:g1": 10.0, "nbval:book/a": 10.0, "gone": 5.0,
+                 "cache": 2.5}  # fmt: skip
+    here = {
+        "unit": 90.0,
+        "pdf": 180.0,
+        "build": 100.0,
+        "nbval:g1": 30.0,
+        "student:g1": 30.0,
+        "nbval:book/a": 13.0,
+        "recipe": 60.0,
+        "cache": 0.0,
+    }  # fmt: skip (logged as 0.0 s: no measure of speed)
+    assert schedule.pace(here, reference, chapters=False) == (pytest.approx(0.9), 3)
+    assert schedule.pace(here, reference) == (pytest.approx(1.3), 1)
+
+
+def test_the_total_at_the_reference_pace_weighs_each_pace_by_its_stages():
+    """A run whose chapters ran 1.5 x slower and whose other stages ran as fast as
+    the reference run, half of its stage-seconds each: at the reference pace it takes
+    the wall over 1.25; with one pace unmeasured, the other alone."""
+    done = [
+        schedule.Stage("nbval:g1", [], seconds=300.0),
+        schedule.Stage("student:g1", [], seconds=100.0),
+        schedule.Stage("unit", [], seconds=400.0),
+    ]
+    assert schedule.at_reference_pace(done, 500.0, (1.5, 1.0)) == pytest.approx(400)
+    assert schedule.at_reference_pace(done, 500.0, (1.25, math.nan)) == 400
+    assert math.isnan(schedule.at_reference_pace(done, 500.0, (math.nan, math.nan)))
+
+
 def test_the_report_gives_the_pace_against_the_committed_run(tmp_path, monkeypatch):
     committed = tmp_path / "committed.json"
     committed.write_text(

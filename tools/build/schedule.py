@@ -18,11 +18,14 @@ stage's output goes to ``_build/logs/<stage>.log``. A run that changes a file gi
 fails at the end, naming it: the stages write only under ``_build/``, so a changed file
 is a committed generated one that was stale (the site build rewrites those before a test
 could see them). At the end a table of the stages
-(start, seconds, CPU seconds, result) is printed and written to
-``_build/logs/stages.json`` (the next run's expected times) and ``stages.tsv``, with
-the machine's pace against the committed run (``pace``: the same chapters' nbval
-times), which moves a shared machine's total more than most changes do. On
-one core the stages run one after another.
+(start, seconds, CPU seconds, each stage's seconds over the committed run's, result)
+is printed and written to ``_build/logs/stages.json`` (the next run's expected times)
+and ``stages.tsv``, with the machine's pace against the committed run, which moves a
+shared machine's total more than most changes do: the chapters' (``pace``: the same
+chapters' nbval times) and the other stages' (``pace_other_stages``), which can differ
+within one run, and the total at that run's pace (``at_committed_pace``: the wall
+over the two paces, weighted by their stages' seconds). On one core the stages run
+one after another.
 
 The stages of the whole command and what each proves: tools/README.md.
 """
@@ -518,17 +521,50 @@ def chapter_times(stages: list[Stage], logs: pathlib.Path) -> dict[str, float]:
     return {k: round(v, 1) for k, v in out.items()}
 
 
-def pace(times: dict[str, float], reference: dict[str, float]) -> tuple[float, int]:
+def is_chapters(key: str) -> bool:
+    """A stage of chapters' cells (an nbval or student group, or one chapter's), whose
+    pace is the chapters'; the others (unit, build, pdf, the browser, ...) are the
+    rest of the command."""
+    return key.split(":")[0] in ("nbval", "student")
+
+
+def pace(
+    times: dict[str, float], reference: dict[str, float], chapters: bool = True
+) -> tuple[float, int]:
     """How fast the machine ran against a reference run: the median, over the chapters
     both timed, of a chapter's nbval seconds here over its seconds there (the same
     work, unless the chapter changed: the median lets a few changed chapters pass),
-    and how many chapters it is the median of; ``(nan, 0)`` without any."""
+    and how many chapters it is the median of; ``(nan, 0)`` without any. With
+    ``chapters=False``, the same over the other stages both runs timed (unit, build,
+    pdf, the browser stages, ...; not the groups of chapters, whose members change):
+    the rest of the command, which a shared machine's speed can move apart from the
+    chapters' within one run."""
+    if chapters:
+        keys = [k for k in times if k.startswith("nbval:book/")]
+    else:
+        keys = [k for k in times if not is_chapters(k)]
+    # (a stage both runs timed; one logged as 0.0 s measures no speed)
     ratios = [
-        times[key] / reference[key]
-        for key in times
-        if key.startswith("nbval:book/") and reference.get(key, 0) > 0
+        times[k] / reference[k]
+        for k in keys
+        if times[k] > 0 and reference.get(k, 0) > 0
     ]
     return (statistics.median(ratios), len(ratios)) if ratios else (math.nan, 0)
+
+
+def at_reference_pace(
+    stages: list[Stage], wall: float, paces: tuple[float, float]
+) -> float:
+    """The run's seconds at the reference run's pace: ``wall`` over the two paces
+    (the chapters', the other stages'), each weighted by the seconds its stages took
+    here; a pace that could not be measured (nan) gives way to the other."""
+    chapters = sum(s.seconds or 0.0 for s in stages if is_chapters(s.name))
+    rest = sum(s.seconds or 0.0 for s in stages if not is_chapters(s.name))
+    weighted = [(w, p) for w, p in zip((chapters, rest), paces) if p > 0]  # not nan
+    total = sum(w for w, _ in weighted)
+    if not weighted or total <= 0:
+        return math.nan
+    return wall / (sum(w * p for w, p in weighted) / total)
 
 
 def report(stages: list[Stage], jobs: int, wall: float, logs: pathlib.Path, echo):
@@ -538,30 +574,46 @@ def report(stages: list[Stage], jobs: int, wall: float, logs: pathlib.Path, echo
     order = sorted(stages, key=lambda s: (s.start is None, s.start or 0, s.name))
     width = max(len(s.name) for s in stages)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    echo(f"\n== the stages, {jobs} at a time (CPU: user + system of its processes)")
-    echo(f"   {'stage':<{width}}  {'start':>5}  {'seconds':>7}  {'CPU':>5}  result")
+    times = {s.name: round(s.seconds, 1) for s in stages if s.status == "passed"}
+    times = {**times, **chapter_times(stages, logs)}
+    # the machine's pace against the committed run (the same chapters' nbval cells,
+    # and the other stages): on a shared machine it moves the total by more than most
+    # changes do, and not always the chapters' and the rest's alike in one run
+    try:
+        committed = json.loads(COMMITTED.read_text())
+        then = committed["expected"]
+        (speed, count), (other, others) = pace(times, then), pace(times, then, False)
+    except (OSError, ValueError, KeyError):
+        committed, then, speed, count, other, others = {}, {}, math.nan, 0, math.nan, 0
+
+    def against(s):  # a stage's seconds over the committed run's (not the groups')
+        was = then.get(s.name, 0) if not is_chapters(s.name) else 0
+        return f"{s.seconds / was:.2f}" if s.seconds and was > 0 else "-"
+
+    echo(f"\n== the stages, {jobs} at a time (CPU: user + system of its processes;")
+    echo(f"   x then: its seconds over the committed run's)")
+    echo(
+        f"   {'stage':<{width}}  {'start':>5}  {'seconds':>7}  {'CPU':>5}  "
+        f"{'x then':>6}  result"
+    )
     for s in order:
         cores = f" ({s.cores} cores)" if s.cores > 1 else ""
         echo(
             f"   {s.name:<{width}}  {fmt(s.start):>5}  {fmt(s.seconds):>7}  "
-            f"{fmt(s.cpu):>5}  {s.status}{cores}"
+            f"{fmt(s.cpu):>5}  {against(s):>6}  {s.status}{cores}"
         )
     echo(f"   {'all':<{width}}  {'':>5}  {wall:>7.0f}  (load average now: {load})")
-    times = {s.name: round(s.seconds, 1) for s in stages if s.status == "passed"}
-    times = {**times, **chapter_times(stages, logs)}
-    # the machine's pace against the committed run (the same chapters' nbval cells):
-    # on a shared machine it moves the total by more than most changes do
-    try:
-        committed = json.loads(COMMITTED.read_text())
-        speed, count = pace(times, committed["expected"])
-    except (OSError, ValueError, KeyError):
-        committed, speed, count = {}, math.nan, 0
-    if count:
+    at_then = at_reference_pace(stages, wall, (speed, other))
+    if count or others:
         echo(
-            f"   pace: the chapters' nbval cells took {speed:.2f} x their time in the"
-            f" committed run ({COMMITTED.relative_to(ROOT)}, {committed.get('date')};"
-            f" median of {count} chapters): at that run's pace, {wall / speed:.0f} s"
-        )
+            f"   pace against the committed run ({COMMITTED.relative_to(ROOT)}, "
+            f"{committed.get('date')}): the chapters' nbval cells took "
+            + (f"{speed:.2f} x their time there (median of {count} chapters)"
+               if count else "no time both runs measured")
+            + ", the other stages "
+            + (f"{other:.2f} x (median of {others})" if others else "none both ran")
+            + f"; at that run's pace, {at_then:.0f} s"
+        )  # fmt: skip
     rows = [
         {
             "stage": s.name,
@@ -580,7 +632,9 @@ def report(stages: list[Stage], jobs: int, wall: float, logs: pathlib.Path, echo
         "cores": os.cpu_count(),
         "load": [round(x, 2) for x in os.getloadavg()],
         "seconds": round(wall, 1),
-        "pace": round(speed, 3) if count else None,  # see above
+        "pace": round(speed, 3) if count else None,  # see above: the chapters'
+        "pace_other_stages": round(other, 3) if others else None,  # and the rest's
+        "at_committed_pace": round(at_then, 1) if count or others else None,
         "stages": rows,
         # what the next run schedules by (a stage that did not pass keeps the time
         # of the run before)
