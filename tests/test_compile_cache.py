@@ -66,3 +66,21 @@ def test_applied_when_torchs_compiler_is_first_imported():
         [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_the_cache_folder_is_torchs_own(tmp_path, monkeypatch):
+    """The folder whose kernels the test command counts is the one torch compiles
+    into, named or by default, and its kernels are the shared libraries under it."""
+    from torch._inductor.runtime import cache_dir_utils
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    default = cache_dir_utils.default_cache_dir()
+    assert compile_cache.directory() == pathlib.Path(default)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    assert compile_cache.directory() == tmp_path
+    assert compile_cache.kernels() == 0
+    (tmp_path / "xy").mkdir()
+    for name in ("a.so", "a.cpp", "b.so"):
+        (tmp_path / "xy" / name).touch()
+    assert compile_cache.kernels() == 2
+    assert compile_cache.kernels(tmp_path / "missing") == 0

@@ -196,3 +196,26 @@ def test_the_report_gives_the_pace_against_the_committed_run(tmp_path, monkeypat
         "took 1.50 x" in line and "that run's pace, 1 s" in line for line in said
     )
     assert json.loads((tmp_path / "stages.json").read_text())["pace"] == 1.5
+
+
+def test_the_report_says_how_warm_torchs_compile_cache_was(tmp_path, monkeypatch):
+    """A machine without torch's compile cache compiles every kernel in the run (the
+    unit stage's time more than doubles here): the report says how many kernels the
+    cache held at the start and the end, so that such a run is told from a slow one."""
+    cache = tmp_path / "inductor"
+    (cache / "ab").mkdir(parents=True)
+    (cache / "ab" / "cached.so").touch()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
+    compiles = f"open({str(cache / 'ab' / 'new.so')!r}, 'w').close()"
+    plan = [schedule.Stage("unit", py(compiles))]
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    said = []
+    at_start = schedule.compile_cache.kernels()
+    schedule.run(plan, 1, logs, said.append)
+    schedule.report(plan, 1, 1.0, logs, said.append, at_start)
+    line = next(line for line in said if "compile cache" in line)
+    assert str(cache) in line
+    assert "1 at the start, 2 at the end; this run compiled 1" in line
+    log = json.loads((logs / "stages.json").read_text())
+    assert log["compile_cache"] == {"kernels_at_start": 1, "kernels_at_end": 2}

@@ -24,8 +24,9 @@ and ``stages.tsv``, with the machine's pace against the committed run, which mov
 shared machine's total more than most changes do: the chapters' (``pace``: the same
 chapters' nbval times) and the other stages' (``pace_other_stages``), which can differ
 within one run, and the total at that run's pace (``at_committed_pace``: the wall
-over the two paces, weighted by their stages' seconds). On one core the stages run
-one after another.
+over the two paces, weighted by their stages' seconds), and how many C++ kernels
+torch's compile cache held at the start and at the end (``compile_cache``: a machine
+without them compiles each in the run). On one core the stages run one after another.
 
 The stages of the whole command and what each proves: tools/README.md.
 """
@@ -48,7 +49,7 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 
-from tools.testing import kernel_forks
+from tools.testing import compile_cache, kernel_forks
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = ROOT / "_build"
@@ -567,7 +568,18 @@ def at_reference_pace(
     return wall / (sum(w * p for w, p in weighted) / total)
 
 
-def report(stages: list[Stage], jobs: int, wall: float, logs: pathlib.Path, echo):
+def report(
+    stages: list[Stage],
+    jobs: int,
+    wall: float,
+    logs: pathlib.Path,
+    echo,
+    kernels_at_start: int | None = None,
+):
+    """The table of the stages, the pace, and torch's compile cache, printed (echo) and
+    written to ``logs``: ``kernels_at_start`` is ``compile_cache.kernels()`` at the
+    start of the run, so that a run which compiled what a warm cache holds says so."""
+
     def fmt(value):
         return "-" if value is None else f"{value:.0f}"
 
@@ -614,6 +626,19 @@ def report(stages: list[Stage], jobs: int, wall: float, logs: pathlib.Path, echo
             + (f"{other:.2f} x (median of {others})" if others else "none both ran")
             + f"; at that run's pace, {at_then:.0f} s"
         )  # fmt: skip
+    kernels_at_end = compile_cache.kernels()
+    if kernels_at_start is not None:
+        compiled = kernels_at_end - kernels_at_start
+        echo(
+            f"   torch's compile cache ({compile_cache.directory()}), C++ kernels: "
+            f"{kernels_at_start} at the start, {kernels_at_end} at the end"
+            + (
+                f"; this run compiled {compiled} that were not cached (in its "
+                "stages' times)"
+                if compiled > 0
+                else ""
+            )
+        )
     rows = [
         {
             "stage": s.name,
@@ -635,6 +660,10 @@ def report(stages: list[Stage], jobs: int, wall: float, logs: pathlib.Path, echo
         "pace": round(speed, 3) if count else None,  # see above: the chapters'
         "pace_other_stages": round(other, 3) if others else None,  # and the rest's
         "at_committed_pace": round(at_then, 1) if count or others else None,
+        "compile_cache": {
+            "kernels_at_start": kernels_at_start,
+            "kernels_at_end": kernels_at_end,
+        },
         "stages": rows,
         # what the next run schedules by (a stage that did not pass keeps the time
         # of the run before)
@@ -728,8 +757,9 @@ def _main(args, parser, jobs, logs, out, kernels) -> int:
             shutil.rmtree(path, ignore_errors=True)
         (BUILD / ".cache-library-hash").unlink(missing_ok=True)
     echo(f"== {len(stages)} stages, {jobs} at a time; each stage's output: {logs}/")
+    cached = compile_cache.kernels()  # torch's compile cache: cold or warm
     run(stages, jobs, logs, echo)
-    report(stages, jobs, time.time() - start, logs, echo)
+    report(stages, jobs, time.time() - start, logs, echo, cached)
     return verdict(stages, tracked, start, logs, echo)
 
 

@@ -21,17 +21,47 @@ tests/conftest.py calls ``apply_on_import()``: the patch is made when a test fir
 imports torch's compiler (``torch._inductor.codecache``), not before, so a pytest
 process that compiles nothing (a stage that runs notebooks in their kernels, the
 browser tests) does not import torch's compiler, about 3 s of CPU each.
+
+``kernels()`` counts the kernels the cache holds, without importing torch: the test
+command reports the count at its start and end (tools/build/schedule.py).
 """
 
 from __future__ import annotations
 
+import getpass
 import importlib.abc
 import importlib.util
 import os
+import pathlib
+import re
 import sys
+import tempfile
 
 _MARK = "_posenc_folder_free"
 CODECACHE = "torch._inductor.codecache"
+
+
+def directory() -> pathlib.Path:
+    """The folder torch's compiler keeps its cache in, named as torch names it
+    (``TORCHINDUCTOR_CACHE_DIR``, else ``<temp>/torchinductor_<user>``), without
+    importing torch or creating the folder."""
+    named = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if named:
+        return pathlib.Path(named).absolute()
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        user = f"uid_{os.getuid()}" if hasattr(os, "getuid") else "unknown_user"
+    user = re.sub(r'[\\/:*?"<>|]', "_", user)
+    return pathlib.Path(tempfile.gettempdir()) / f"torchinductor_{user}"
+
+
+def kernels(where: pathlib.Path | None = None) -> int:
+    """How many compiled C++ kernels (shared libraries) the cache holds, 0 without
+    one: the test command reports it at its start and end, since a machine whose cache
+    is empty compiles each of them in the unit stage (tools/README.md)."""
+    where = directory() if where is None else where
+    return sum(1 for _ in where.rglob("*.so")) if where.is_dir() else 0
 
 
 def folder() -> str:
