@@ -52,9 +52,10 @@ pdf: $(STAMP)
 test: $(STAMP)
 	PY=$(PY) bash tools/build/test.sh
 
-# The unit and hygiene tests alone (the test command's `unit` stage), on every core
+# The unit and hygiene tests alone (the test command's stages unit:rest and
+# unit:registry), on every core
 # (pytest-xdist): under three minutes on this 2-core machine with torch's compile cache
-# (/tmp/torchinductor_*) from an earlier run, about eight when it compiles afresh.
+# (/tmp/torchinductor_*) from an earlier run, about seven when it compiles afresh.
 test-quick: $(STAMP)
 	$(PY) -m pytest tests -m "not browser and not build" -q -n auto --dist load
 

@@ -34,7 +34,8 @@ def test_every_chapter_and_stage_is_planned_after_what_it_needs(jobs):
         for need in stage.needs + stage.after:
             assert plan[stage.name][0] >= plan[need][1], (stage.name, need)
     assert {"cache", "build", "pdf", "browser:pages", "browser:rest", "browser-pdf",
-            "unit", "train-once", "installs", "recipe"} <= set(plan)  # fmt: skip
+            "unit:rest", "unit:registry", "train-once", "installs",
+            "recipe"} <= set(plan)  # fmt: skip
     ends = [end for _, end in plan.values()]
     busy = sum(end - begin for begin, end in plan.values())
     if jobs == 1:
@@ -126,7 +127,7 @@ def test_a_run_that_rewrites_a_tracked_file_fails_naming_it(tmp_path):
 
 def test_every_browser_test_is_in_a_file_the_browser_stages_collect(request):
     """The browser stages collect only ``browser_test_files()``; every test marked
-    ``browser`` that this session deselected (the unit stage deselects them all:
+    ``browser`` that this session deselected (the unit stages deselect them all:
     tests/conftest.py keeps them) is in one of them."""
     files = set(schedule.browser_test_files())
     marked = {
@@ -219,3 +220,20 @@ def test_the_report_says_how_warm_torchs_compile_cache_was(tmp_path, monkeypatch
     assert "1 at the start, 2 at the end; this run compiled 1" in line
     log = json.loads((logs / "stages.json").read_text())
     assert log["compile_cache"] == {"kernels_at_start": 1, "kernels_at_end": 2}
+
+
+def test_the_two_unit_stages_run_every_unit_test_once():
+    """``unit:rest`` and ``unit:registry`` together run what `make test-quick` runs,
+    each test file in one of them: the registry's file there, every other one here."""
+    stages = {s.name: s.command for s in schedule.whole_command({}, 2)}
+    rest, registry = stages["unit:rest"], stages["unit:registry"]
+    files = sorted(p.relative_to(schedule.ROOT).as_posix()
+                   for p in (schedule.ROOT / "tests").glob("test_*.py"))  # fmt: skip
+    assert schedule.REGISTRY_TESTS in files
+    assert [a for a in registry if a.startswith("tests")] == [schedule.REGISTRY_TESTS]
+    assert "tests" in rest and f"--ignore={schedule.REGISTRY_TESTS}" in rest
+    ignored = [a for a in rest if a.startswith("--ignore")]
+    assert ignored == [f"--ignore={schedule.REGISTRY_TESTS}"]  # nothing else left out
+    for command in (rest, registry):  # the same selection as make test-quick's
+        marks = command[len(command) - command[::-1].index("-m")]  # pytest's -m
+        assert marks == "not browser and not build"

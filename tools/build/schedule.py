@@ -71,7 +71,8 @@ ESTIMATES = {
     "browser:pages": 165,
     "browser:rest": 135,
     "browser-pdf": 15,
-    "unit": 140,
+    "unit:rest": 140,
+    "unit:registry": 60,
     "train-once": 20,
     "installs": 100,
     "recipe": 100,
@@ -242,9 +243,19 @@ def browser_test_files() -> list[str]:
     ]
 
 
-def unit_tests() -> list[str]:
-    """The unit and hygiene tests: what `make test-quick` runs."""
-    return pytest("tests", "-m", "not browser and not build", "-q", "--durations=15")
+# The registry's tests (every encoding on every attention path) run as a stage of their
+# own beside the other unit tests: they compile a FlexAttention kernel for each
+# encoding and masking, which a machine without torch's compile cache makes afresh
+# (tools/README.md, the unit stages); the two halves overlap where cores are free, so
+# that the unit tests do not bound a run on more cores.
+REGISTRY_TESTS = "tests/test_registry.py"
+
+
+def unit_tests(registry: bool = False) -> list[str]:
+    """The unit and hygiene tests, what `make test-quick` runs, in two stages: the
+    registry's (``registry=True``) and the others."""
+    where = [REGISTRY_TESTS] if registry else ["tests", f"--ignore={REGISTRY_TESTS}"]
+    return pytest(*where, "-m", "not browser and not build", "-q", "--durations=15")
 
 
 def kernel_server() -> kernel_forks.Server | None:
@@ -325,7 +336,8 @@ def whole_command(
             needs=["pdf"],
             after=["browser:pages", "browser:rest"],
         ),
-        Stage("unit", unit_tests()),
+        Stage("unit:rest", unit_tests()),
+        Stage("unit:registry", unit_tests(registry=True)),
         Stage(
             "train-once",  # the reuse of nbval's trainings hides no device error
             pytest("tests/test_train_once.py", "-m", "build", "-q", "-rs"),

@@ -14,7 +14,8 @@
 #   browser:pages    every page in headless Chromium, at two widths (after build)
 #   browser:rest     the other browser tests: slides, figures, ...  (after build)
 #   browser-pdf      the PDF the site serves                  (after pdf and browser)
-#   unit             unit and hygiene tests (make test-quick)
+#   unit:rest        unit and hygiene tests (make test-quick) but the registry's
+#   unit:registry    the registry's: every encoding on every path (its compiles)
 #   train-once       the reuse of trainings hides no tensor on the wrong device
 #   installs         fresh installs: the library alone, then with the course extra
 #   recipe           CONTRIBUTING's chapter recipe, in a copy of the repository

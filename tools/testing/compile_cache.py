@@ -59,7 +59,7 @@ def directory() -> pathlib.Path:
 def kernels(where: pathlib.Path | None = None) -> int:
     """How many compiled C++ kernels (shared libraries) the cache holds, 0 without
     one: the test command reports it at its start and end, since a machine whose cache
-    is empty compiles each of them in the unit stage (tools/README.md)."""
+    is empty compiles each of them in the unit stages (tools/README.md)."""
     where = directory() if where is None else where
     return sum(1 for _ in where.rglob("*.so")) if where.is_dir() else 0
 
