@@ -201,7 +201,7 @@ def test_the_report_gives_the_pace_against_the_committed_run(tmp_path, monkeypat
 
 def test_the_report_says_how_warm_torchs_compile_cache_was(tmp_path, monkeypatch):
     """A machine without torch's compile cache compiles every kernel in the run (the
-    unit stage's time more than doubles here): the report says how many kernels the
+    unit stages' time doubles or more here): the report says how many kernels the
     cache held at the start and the end, so that such a run is told from a slow one."""
     cache = tmp_path / "inductor"
     (cache / "ab").mkdir(parents=True)
